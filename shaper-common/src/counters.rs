@@ -1,0 +1,103 @@
+//! Counters the classifier keeps: one per outcome and one per packet class,
+//! in a per-CPU array indexed by [`Counter`]. The controller sums the CPUs.
+//!
+//! Invariant: indices are dense from 0 to [`Counter::COUNT`] - 1 and never
+//! reused for another meaning; new counters are appended.
+
+/// Index into the `SHAPER_COUNTERS` per-CPU array.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Counter {
+    /// Every packet the hook saw.
+    Packets = 0,
+    /// Bytes (`skb->len`) of every packet the hook saw.
+    Bytes,
+    /// Sent on without a departure time (the pacer was idle or disabled).
+    PassedUnpaced,
+    /// Given a departure time in the future.
+    Paced,
+    /// Dropped: the departure time would exceed the horizon.
+    HorizonDrop,
+    /// IPv4 packets.
+    Ipv4,
+    /// IPv6 packets.
+    Ipv6,
+    /// TCP segments (over either IP version).
+    Tcp,
+    /// UDP datagrams.
+    Udp,
+    /// ICMP and ICMPv6 messages.
+    Icmp,
+    /// IP packets of another protocol.
+    OtherIp,
+    /// Frames whose ethertype is not IP (ARP, LLDP, ...).
+    NonIp,
+    /// Frames with at least one 802.1Q / 802.1ad tag.
+    Vlan,
+    /// Frames cut short inside a header they announce.
+    Truncated,
+}
+
+impl Counter {
+    /// Number of counters; the array's size.
+    pub const COUNT: u32 = Counter::Truncated as u32 + 1;
+
+    /// All counters in index order.
+    pub const ALL: [Counter; Counter::COUNT as usize] = [
+        Counter::Packets,
+        Counter::Bytes,
+        Counter::PassedUnpaced,
+        Counter::Paced,
+        Counter::HorizonDrop,
+        Counter::Ipv4,
+        Counter::Ipv6,
+        Counter::Tcp,
+        Counter::Udp,
+        Counter::Icmp,
+        Counter::OtherIp,
+        Counter::NonIp,
+        Counter::Vlan,
+        Counter::Truncated,
+    ];
+
+    /// Stable snake_case name, used by `shaper status` and exporters.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Counter::Packets => "packets",
+            Counter::Bytes => "bytes",
+            Counter::PassedUnpaced => "passed_unpaced",
+            Counter::Paced => "paced",
+            Counter::HorizonDrop => "horizon_drop",
+            Counter::Ipv4 => "ipv4",
+            Counter::Ipv6 => "ipv6",
+            Counter::Tcp => "tcp",
+            Counter::Udp => "udp",
+            Counter::Icmp => "icmp",
+            Counter::OtherIp => "other_ip",
+            Counter::NonIp => "non_ip",
+            Counter::Vlan => "vlan",
+            Counter::Truncated => "truncated",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn all_is_dense_and_in_order() {
+        for (i, c) in Counter::ALL.iter().enumerate() {
+            assert_eq!(*c as usize, i, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn names_are_unique() {
+        for a in Counter::ALL {
+            for b in Counter::ALL {
+                assert!(a == b || a.name() != b.name(), "{a:?} {b:?}");
+            }
+        }
+    }
+}

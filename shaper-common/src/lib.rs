@@ -1,0 +1,30 @@
+//! Types and arithmetic shared by the BPF programs (`shaper-ebpf`) and the
+//! controller (`shaper`).
+//!
+//! Everything here is `no_std`, allocation-free and free of runtime division on
+//! the packet path, so the very same functions run in the kernel and in host
+//! tests. Map value types are `#[repr(C)]` with explicit padding and a size
+//! assertion, so the two sides cannot drift apart silently.
+//!
+//! Non-goals: parsing packets (that is `shaper-ebpf`'s job) and anything that
+//! needs an allocator or floating point.
+#![no_std]
+
+pub mod config;
+pub mod counters;
+pub mod edt;
+pub mod rate;
+
+/// Names of the maps the classifier exports; the controller pins them under
+/// `/sys/fs/bpf/shaper/<iface>/` with the same names.
+pub mod maps {
+    /// `Array<PacerConfig>` with one entry.
+    pub const CONFIG: &str = "SHAPER_CONFIG";
+    /// `PerCpuArray<u64>` indexed by [`crate::counters::Counter`].
+    pub const COUNTERS: &str = "SHAPER_COUNTERS";
+    /// `Array<AggregateState>` with one entry.
+    pub const AGGREGATE: &str = "SHAPER_AGG";
+}
+
+/// Name of the egress classifier program in the object file.
+pub const EGRESS_PROGRAM: &str = "shaper_egress";

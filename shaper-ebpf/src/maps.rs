@@ -1,0 +1,37 @@
+//! The maps the egress classifier uses. Names match `shaper_common::maps`, so
+//! the controller finds and pins them by name.
+//!
+//! All are arrays (no hashing, no allocation on the packet path). Counters are
+//! per-CPU, so incrementing them needs no atomics.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, PerCpuArray},
+};
+use shaper_common::{
+    config::{AggregateState, PacerConfig},
+    counters::Counter,
+};
+
+/// Pacer configuration, written by the controller. One entry.
+#[map(name = "SHAPER_CONFIG")]
+pub static CONFIG: Array<PacerConfig> = Array::with_max_entries(1, 0);
+
+/// One counter per outcome and packet class, per CPU.
+#[map(name = "SHAPER_COUNTERS")]
+pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::COUNT, 0);
+
+/// The aggregate pacer's clock. One entry.
+#[map(name = "SHAPER_AGG")]
+pub static AGGREGATE: Array<AggregateState> = Array::with_max_entries(1, 0);
+
+/// Adds `n` to counter `c` on this CPU.
+#[inline(always)]
+pub fn count(c: Counter, n: u64) {
+    if let Some(slot) = COUNTERS.get_ptr_mut(c as u32) {
+        // SAFETY: the pointer comes from the map lookup and is valid for this
+        // program run; per-CPU storage means no other CPU writes it, and
+        // preemption is disabled while a TC program runs.
+        unsafe { *slot += n };
+    }
+}

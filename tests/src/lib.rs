@@ -1,0 +1,1 @@
+//! Privileged integration tests.
