@@ -1,1 +1,4 @@
-//! Privileged integration tests.
+//! Helpers for the privileged integration tests: network-namespace guards,
+//! kernel feature probes, and skips with a reason.
+
+pub mod netns;

@@ -1,0 +1,1 @@
+//! BPF_PROG_TEST_RUN (written by a helper).

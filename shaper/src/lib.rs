@@ -1,0 +1,9 @@
+//! The shaper controller as a library: the CLI binary, the integration tests
+//! and the benchmarks all drive the same code.
+//!
+//! Data path, top to bottom: `cli` → `config` (validated) → `checks`
+//! (nothing changed yet) → `attach` (qdisc snapshot, sch_fq, classifier, pins)
+//! → `status` (counters) → `detach`/`cleanup` (restore exactly).
+
+pub mod bpf;
+pub mod tc;

@@ -1,0 +1,1 @@
+//! Raw rtnetlink traffic-control: snapshot, install, restore (written by a helper).
