@@ -6,4 +6,8 @@
 //! → `status` (counters) → `detach`/`cleanup` (restore exactly).
 
 pub mod bpf;
+pub mod checks;
+pub mod link;
+pub mod rate;
+pub mod state;
 pub mod tc;

@@ -1,0 +1,244 @@
+//! Checks made before `shaper run` changes anything. Each failure is a
+//! [`CheckError`] whose message names the problem and the fix; the CLI maps
+//! all of them to exit code 2 (usage), and by construction nothing has been
+//! changed on the system when one is returned.
+//!
+//! Order: privileges, the interface, an existing shaper on it, then the
+//! kernel's features (which need privileges to probe).
+
+use std::{fs, io, path::PathBuf};
+
+use crate::link::Link;
+
+/// Capability numbers (include/uapi/linux/capability.h).
+const CAP_NET_ADMIN: u32 = 12;
+const CAP_SYS_ADMIN: u32 = 21;
+const CAP_BPF: u32 = 39;
+
+/// A check that failed. Every message says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum CheckError {
+    /// The process lacks capabilities.
+    #[error(
+        "shaper needs CAP_BPF and CAP_NET_ADMIN (missing: {missing}): run it as root, \
+         e.g. `sudo shaper ...`"
+    )]
+    Privileges {
+        /// Names of the missing capabilities.
+        missing: String,
+    },
+    /// The interface is administratively down.
+    #[error("interface '{iface}' is down: bring it up first with `ip link set {iface} up`")]
+    InterfaceDown {
+        /// The interface.
+        iface: String,
+    },
+    /// A shaper record already exists for the interface.
+    #[error(
+        "interface '{iface}' is already shaped by shaper (pid {pid}, {state}): stop that process \
+         with Ctrl-C or `kill {pid}`, or if it is gone, restore the interface with \
+         `shaper cleanup --iface {iface}`"
+    )]
+    AlreadyShaped {
+        /// The interface.
+        iface: String,
+        /// The process that shaped it.
+        pid: u32,
+        /// "running" or "no longer running".
+        state: &'static str,
+    },
+    /// The shaper's qdisc is on the interface but no record says so.
+    #[error(
+        "interface '{iface}' already has the shaper's qdisc as root but no state record: \
+         another mount or PID namespace may own it; remove it with \
+         `tc qdisc del dev {iface} root` if it is stale"
+    )]
+    ForeignShaperRoot {
+        /// The interface.
+        iface: String,
+    },
+    /// The kernel lacks sch_fq.
+    #[error(
+        "this kernel ({release}) has no sch_fq, the qdisc that holds packets until the departure \
+         time the shaper stamps (CONFIG_NET_SCH_FQ, module sch_fq). Load it with \
+         `modprobe sch_fq`; on OpenWrt install the package kmod-sched. Nothing was changed. \
+         To try the shaper on a machine without it, run it in the project's VM \
+         (`cargo xtask vm -- shaper run ...`) or run the lab (`cargo xtask lab`)"
+    )]
+    NoSchFq {
+        /// `uname -r`.
+        release: String,
+    },
+    /// The kernel lacks clsact (needed below 6.6, where TCX is missing).
+    #[error(
+        "this kernel ({release}) has neither TCX (Linux >= 6.6) nor the clsact qdisc \
+         (CONFIG_NET_SCH_INGRESS, module sch_ingress) to attach the classifier to: load it with \
+         `modprobe sch_ingress` (OpenWrt: kmod-sched-core). Nothing was changed"
+    )]
+    NoClsact {
+        /// `uname -r`.
+        release: String,
+    },
+    /// The kernel cannot load TC BPF programs.
+    #[error(
+        "this kernel ({release}) cannot load TC BPF programs (CONFIG_BPF_SYSCALL, \
+         CONFIG_NET_CLS_BPF): {detail}. Nothing was changed"
+    )]
+    NoBpf {
+        /// `uname -r`.
+        release: String,
+        /// What the probe said.
+        detail: String,
+    },
+    /// The current qdisc tree cannot be saved faithfully.
+    #[error(
+        "cannot save interface '{iface}''s current qdiscs exactly, so it could not be restored \
+         afterwards: {reason}. Nothing was changed; remove or simplify that configuration first"
+    )]
+    Unrestorable {
+        /// The interface.
+        iface: String,
+        /// Why.
+        reason: String,
+    },
+    /// Reading process or kernel facts failed.
+    #[error("cannot read {}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+}
+
+/// The effective capability set of this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    effective: u64,
+}
+
+impl Capabilities {
+    /// Reads `CapEff` from `/proc/self/status`.
+    pub fn current() -> Result<Self, CheckError> {
+        let path = PathBuf::from("/proc/self/status");
+        let text = fs::read_to_string(&path).map_err(|source| CheckError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        Self::parse_status(&text).ok_or_else(|| CheckError::Read {
+            path,
+            source: io::Error::new(io::ErrorKind::InvalidData, "no CapEff line"),
+        })
+    }
+
+    /// Parses the `CapEff:` line of a `/proc/<pid>/status` text.
+    pub fn parse_status(text: &str) -> Option<Self> {
+        let hex = text.lines().find_map(|l| l.strip_prefix("CapEff:"))?.trim();
+        u64::from_str_radix(hex, 16)
+            .ok()
+            .map(|effective| Self { effective })
+    }
+
+    fn has(self, cap: u32) -> bool {
+        self.effective & (1u64 << cap) != 0
+    }
+
+    /// Checks for what attaching needs: CAP_NET_ADMIN, and CAP_BPF (or
+    /// CAP_SYS_ADMIN, which implies it).
+    pub fn check(self) -> Result<(), CheckError> {
+        let mut missing = Vec::new();
+        if !self.has(CAP_BPF) && !self.has(CAP_SYS_ADMIN) {
+            missing.push("CAP_BPF");
+        }
+        if !self.has(CAP_NET_ADMIN) {
+            missing.push("CAP_NET_ADMIN");
+        }
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(CheckError::Privileges {
+                missing: missing.join(", "),
+            })
+        }
+    }
+}
+
+/// Checks the interface can be shaped: it must be administratively up.
+pub fn check_link(link: &Link) -> Result<(), CheckError> {
+    if !link.admin_up {
+        return Err(CheckError::InterfaceDown {
+            iface: link.name.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The running kernel's release string.
+pub fn kernel_release() -> String {
+    fs::read_to_string("/proc/sys/kernel/osrelease")
+        .map(|s| s.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capabilities_from_status() {
+        let root = "Name:\tx\nCapInh:\t0000000000000000\nCapEff:\t000001ffffffffff\n";
+        let caps = Capabilities::parse_status(root).expect("parses");
+        assert!(caps.check().is_ok());
+
+        let none = "CapEff:\t0000000000000000\n";
+        let err = Capabilities::parse_status(none)
+            .expect("parses")
+            .check()
+            .expect_err("no caps");
+        let msg = err.to_string();
+        assert!(msg.contains("CAP_BPF, CAP_NET_ADMIN"), "{msg}");
+        assert!(msg.contains("run it as root"), "{msg}");
+
+        // CAP_NET_ADMIN + CAP_SYS_ADMIN (pre-5.8 style) is enough.
+        let sys_admin = format!("CapEff:\t{:016x}\n", (1u64 << 12) | (1u64 << 21));
+        assert!(
+            Capabilities::parse_status(&sys_admin)
+                .expect("parses")
+                .check()
+                .is_ok()
+        );
+
+        // CAP_BPF alone is not.
+        let bpf_only = format!("CapEff:\t{:016x}\n", 1u64 << 39);
+        let err = Capabilities::parse_status(&bpf_only)
+            .expect("parses")
+            .check()
+            .expect_err("no net admin");
+        assert!(err.to_string().contains("missing: CAP_NET_ADMIN"), "{err}");
+
+        assert_eq!(Capabilities::parse_status("Name: x\n"), None);
+    }
+
+    #[test]
+    fn down_interface_is_refused_with_the_fix() {
+        let link = Link {
+            ifindex: 3,
+            name: "veth9".into(),
+            admin_up: false,
+            oper_state: "down".into(),
+            has_l2_header: true,
+            tx_queues: 1,
+            mtu_bytes: 1500,
+        };
+        let err = check_link(&link).expect_err("down");
+        assert!(err.to_string().contains("ip link set veth9 up"), "{err}");
+        assert!(
+            check_link(&Link {
+                admin_up: true,
+                ..link
+            })
+            .is_ok()
+        );
+    }
+}

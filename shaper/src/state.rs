@@ -1,0 +1,511 @@
+//! Where a shaped interface's state lives, and the record that lets another
+//! process (`shaper status`, `shaper cleanup`) find and undo it.
+//!
+//! Layout, for an interface in the initial network namespace:
+//! - `/sys/fs/bpf/shaper/<iface>/` holds the pinned maps (`config`,
+//!   `counters`, `aggregate`) and, under TCX, the pinned link (`link`), so the
+//!   pacer and its counters outlive the process that attached them;
+//! - `/run/shaper/<iface>.state` is this module's [`Record`]: what was
+//!   attached, how, and the snapshot of the qdisc tree to restore.
+//!
+//! Interfaces in another network namespace get `netns-<inode>/` inserted
+//! after `shaper/` in both paths, so equal names in different namespaces never
+//! collide. The record is written before the first change to the interface
+//! and removed after the last undo, so its presence means "maybe shaped".
+//! bpffs may vanish under us (a private mount namespace, as `ip netns exec`
+//! makes, dies with its process); everything here tolerates missing pins.
+//!
+//! Non-goals: surviving a reboot (both trees are in memory, as is the
+//! interface state they describe).
+
+use std::{
+    fs,
+    io::{self, Write},
+    os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
+};
+
+/// bpffs's magic number (include/uapi/linux/magic.h).
+const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
+
+/// Default root of the pinned objects.
+pub const BPFFS_ROOT: &str = "/sys/fs/bpf";
+/// Default root of the state records.
+pub const RUN_ROOT: &str = "/run/shaper";
+
+/// Errors reading or writing state.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// A file system operation failed.
+    #[error("{op} {}", path.display())]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// On what.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: io::Error,
+    },
+    /// A record could not be parsed.
+    #[error(
+        "state record {} is damaged ({reason}): remove it by hand if the interface is known to be \
+         clean",
+        path.display()
+    )]
+    Damaged {
+        /// The record.
+        path: PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// The paths for one interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Paths {
+    /// Directory of pinned BPF objects.
+    pub pin_dir: PathBuf,
+    /// The state record.
+    pub record: PathBuf,
+}
+
+/// Roots of the two trees; tests point them elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Roots {
+    /// Where bpffs is (or will be) mounted.
+    pub bpffs: PathBuf,
+    /// Where records go.
+    pub run: PathBuf,
+}
+
+impl Default for Roots {
+    fn default() -> Self {
+        Self {
+            bpffs: PathBuf::from(BPFFS_ROOT),
+            run: PathBuf::from(RUN_ROOT),
+        }
+    }
+}
+
+impl Roots {
+    /// Paths for `iface` in the network namespace `netns` (`None` = the
+    /// initial one).
+    pub fn paths(&self, iface: &str, netns: Option<u64>) -> Paths {
+        let sub = netns.map(|ino| format!("netns-{ino}"));
+        let mut pin_dir = self.bpffs.join("shaper");
+        let mut record = self.run.clone();
+        if let Some(sub) = &sub {
+            pin_dir.push(sub);
+            record.push(sub);
+        }
+        pin_dir.push(iface);
+        record.push(format!("{iface}.state"));
+        Paths { pin_dir, record }
+    }
+
+    /// Directory holding the records of the namespace `netns`.
+    pub fn record_dir(&self, netns: Option<u64>) -> PathBuf {
+        match netns {
+            Some(ino) => self.run.join(format!("netns-{ino}")),
+            None => self.run.clone(),
+        }
+    }
+}
+
+/// The calling thread's network namespace, or `None` when it is the initial
+/// one (the one PID 1 is in).
+pub fn current_netns() -> Result<Option<u64>, StateError> {
+    let ino = |p: &str| {
+        fs::metadata(p)
+            .map(|m| m.ino())
+            .map_err(|source| StateError::Io {
+                op: "stat",
+                path: PathBuf::from(p),
+                source,
+            })
+    };
+    let mine = ino("/proc/thread-self/ns/net")?;
+    let init = ino("/proc/1/ns/net")?;
+    Ok((mine != init).then_some(mine))
+}
+
+/// Makes sure `root` is a bpffs mount, mounting one if it is not (as tc and
+/// bpftool do). Returns true if it mounted.
+pub fn ensure_bpffs(root: &Path) -> Result<bool, StateError> {
+    if is_bpffs(root)? {
+        return Ok(false);
+    }
+    let err = |op, source| StateError::Io {
+        op,
+        path: root.to_owned(),
+        source,
+    };
+    fs::create_dir_all(root).map_err(|e| err("create", e))?;
+    let target = std::ffi::CString::new(root.as_os_str().as_encoded_bytes()).map_err(|e| {
+        err(
+            "mount bpffs on",
+            io::Error::new(io::ErrorKind::InvalidInput, e),
+        )
+    })?;
+    // SAFETY: all pointers are valid NUL-terminated strings for the duration
+    // of the call; a null data argument is allowed for bpffs.
+    let rc = unsafe {
+        libc::mount(
+            c"bpf".as_ptr(),
+            target.as_ptr(),
+            c"bpf".as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(err("mount bpffs on", io::Error::last_os_error()));
+    }
+    Ok(true)
+}
+
+fn is_bpffs(path: &Path) -> Result<bool, StateError> {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()) else {
+        return Ok(false);
+    };
+    let mut st = std::mem::MaybeUninit::<libc::statfs>::zeroed();
+    // SAFETY: `c` is a valid C string and `st` points to writable memory of
+    // the right type and size.
+    let rc = unsafe { libc::statfs(c.as_ptr(), st.as_mut_ptr()) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        if e.kind() == io::ErrorKind::NotFound {
+            return Ok(false);
+        }
+        return Err(StateError::Io {
+            op: "statfs",
+            path: path.to_owned(),
+            source: e,
+        });
+    }
+    // SAFETY: statfs returned 0, so it filled the struct.
+    let st = unsafe { st.assume_init() };
+    Ok(i64::from(st.f_type) == BPF_FS_MAGIC)
+}
+
+/// How the classifier was attached.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AttachMode {
+    /// A TCX link (kernel >= 6.6), pinned as `link` in the pin directory.
+    Tcx,
+    /// A cls_bpf filter on clsact egress (older kernels), found by priority
+    /// and handle.
+    Netlink {
+        /// Filter priority.
+        priority: u16,
+        /// Filter handle.
+        handle: u32,
+    },
+}
+
+/// What one `shaper run` did to one interface.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    /// Interface name.
+    pub iface: String,
+    /// Interface index when attached (a recreated interface gets a new one).
+    pub ifindex: u32,
+    /// The `shaper run` process.
+    pub pid: u32,
+    /// Configured rate in bits per second.
+    pub rate_bits_per_s: u64,
+    /// How the classifier is attached; `None` until it is.
+    pub attach: Option<AttachMode>,
+    /// The shaper created the clsact qdisc (and so removes it).
+    pub created_clsact: bool,
+    /// The shaper replaced the root qdisc (and so restores it).
+    pub replaced_root: bool,
+    /// `shaper::tc` snapshot of the root qdisc tree before the change.
+    pub snapshot: Vec<u8>,
+}
+
+const MAGIC_LINE: &str = "shaper-state 1";
+
+impl Record {
+    /// Text form: a magic line, then `key=value` lines; the snapshot in hex.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        out.push_str(MAGIC_LINE);
+        out.push('\n');
+        let mut kv = |k: &str, v: String| {
+            out.push_str(k);
+            out.push('=');
+            out.push_str(&v);
+            out.push('\n');
+        };
+        kv("iface", self.iface.clone());
+        kv("ifindex", self.ifindex.to_string());
+        kv("pid", self.pid.to_string());
+        kv("rate_bits_per_s", self.rate_bits_per_s.to_string());
+        kv(
+            "attach",
+            match self.attach {
+                None => "none".to_owned(),
+                Some(AttachMode::Tcx) => "tcx".to_owned(),
+                Some(AttachMode::Netlink { priority, handle }) => {
+                    format!("netlink:{priority}:{handle}")
+                }
+            },
+        );
+        kv("created_clsact", u8::from(self.created_clsact).to_string());
+        kv("replaced_root", u8::from(self.replaced_root).to_string());
+        kv("snapshot", hex(&self.snapshot));
+        out
+    }
+
+    /// Parses [`Record::encode`]'s output. `path` is only for messages.
+    pub fn decode(text: &str, path: &Path) -> Result<Self, StateError> {
+        let damaged = |reason: String| StateError::Damaged {
+            path: path.to_owned(),
+            reason,
+        };
+        let mut lines = text.lines();
+        if lines.next() != Some(MAGIC_LINE) {
+            return Err(damaged(format!("first line is not '{MAGIC_LINE}'")));
+        }
+        let mut get = std::collections::HashMap::new();
+        for line in lines {
+            let (k, v) = line
+                .split_once('=')
+                .ok_or_else(|| damaged(format!("line without '=': {line:?}")))?;
+            get.insert(k, v);
+        }
+        let field = |k: &str| {
+            get.get(k)
+                .copied()
+                .ok_or_else(|| damaged(format!("missing {k}")))
+        };
+        let num = |k: &str| -> Result<u64, StateError> {
+            field(k)?
+                .parse()
+                .map_err(|_| damaged(format!("{k} is not a number")))
+        };
+        let flag = |k: &str| -> Result<bool, StateError> {
+            match field(k)? {
+                "0" => Ok(false),
+                "1" => Ok(true),
+                v => Err(damaged(format!("{k}={v} is not 0 or 1"))),
+            }
+        };
+        let attach = match field("attach")? {
+            "none" => None,
+            "tcx" => Some(AttachMode::Tcx),
+            v => {
+                let mut parts = v.split(':');
+                match (parts.next(), parts.next(), parts.next(), parts.next()) {
+                    (Some("netlink"), Some(p), Some(h), None) => Some(AttachMode::Netlink {
+                        priority: p
+                            .parse()
+                            .map_err(|_| damaged(format!("bad priority {p}")))?,
+                        handle: h.parse().map_err(|_| damaged(format!("bad handle {h}")))?,
+                    }),
+                    _ => return Err(damaged(format!("unknown attach mode {v}"))),
+                }
+            }
+        };
+        let too_big = |k: &str| damaged(format!("{k} out of range"));
+        Ok(Self {
+            iface: field("iface")?.to_owned(),
+            ifindex: u32::try_from(num("ifindex")?).map_err(|_| too_big("ifindex"))?,
+            pid: u32::try_from(num("pid")?).map_err(|_| too_big("pid"))?,
+            rate_bits_per_s: num("rate_bits_per_s")?,
+            attach,
+            created_clsact: flag("created_clsact")?,
+            replaced_root: flag("replaced_root")?,
+            snapshot: unhex(field("snapshot")?)
+                .ok_or_else(|| damaged("snapshot is not hex".into()))?,
+        })
+    }
+
+    /// Writes the record atomically (temp file, fsync, rename).
+    pub fn store(&self, path: &Path) -> Result<(), StateError> {
+        let io = |op, source| StateError::Io {
+            op,
+            path: path.to_owned(),
+            source,
+        };
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| io("create directory for", e))?;
+        }
+        let tmp = path.with_extension("state.tmp");
+        let mut f = fs::File::create(&tmp).map_err(|e| io("create", e))?;
+        f.write_all(self.encode().as_bytes())
+            .map_err(|e| io("write", e))?;
+        f.sync_all().map_err(|e| io("sync", e))?;
+        fs::rename(&tmp, path).map_err(|e| io("rename into", e))
+    }
+
+    /// Reads a record; `Ok(None)` if there is none.
+    pub fn load(path: &Path) -> Result<Option<Self>, StateError> {
+        match fs::read_to_string(path) {
+            Ok(text) => Self::decode(&text, path).map(Some),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(source) => Err(StateError::Io {
+                op: "read",
+                path: path.to_owned(),
+                source,
+            }),
+        }
+    }
+}
+
+/// Removes a record; missing is fine.
+pub fn remove_record(path: &Path) -> Result<(), StateError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(StateError::Io {
+            op: "remove",
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// Interfaces with a record in the namespace `netns`, sorted.
+pub fn recorded_ifaces(roots: &Roots, netns: Option<u64>) -> Result<Vec<String>, StateError> {
+    let dir = roots.record_dir(netns);
+    let entries = match fs::read_dir(&dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(source) => {
+            return Err(StateError::Io {
+                op: "list",
+                path: dir,
+                source,
+            });
+        }
+    };
+    let mut out: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|n| n.strip_suffix(".state"))
+                .map(str::to_owned)
+        })
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// True if a process with this pid exists.
+pub fn pid_alive(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s.len() % 2 != 0 {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Record {
+        Record {
+            iface: "veth0".into(),
+            ifindex: 7,
+            pid: 1234,
+            rate_bits_per_s: 20_000_000,
+            attach: Some(AttachMode::Netlink {
+                priority: 49152,
+                handle: 1,
+            }),
+            created_clsact: true,
+            replaced_root: true,
+            snapshot: vec![0, 1, 0xfe, 0xff],
+        }
+    }
+
+    #[test]
+    fn record_round_trips() {
+        for attach in [None, Some(AttachMode::Tcx), sample().attach] {
+            let r = Record { attach, ..sample() };
+            let back = Record::decode(&r.encode(), Path::new("x")).expect("decodes");
+            assert_eq!(back, r);
+        }
+    }
+
+    #[test]
+    fn damaged_records_are_refused() {
+        let good = sample().encode();
+        let cases = [
+            String::new(),
+            good.replace("shaper-state 1", "shaper-state 9"),
+            good.replace("pid=1234", "pid=12x4"),
+            good.replace("snapshot=0001feff", "snapshot=0001fef"),
+            good.replace("created_clsact=1", "created_clsact=2"),
+            good.replace("netlink:49152:1", "netlink:49152"),
+            good.replace("iface=veth0\n", ""),
+        ];
+        for text in cases {
+            assert!(
+                matches!(
+                    Record::decode(&text, Path::new("r")),
+                    Err(StateError::Damaged { .. })
+                ),
+                "{text:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn paths_keep_namespaces_apart() {
+        let roots = Roots::default();
+        let init = roots.paths("eth0", None);
+        assert_eq!(init.pin_dir, Path::new("/sys/fs/bpf/shaper/eth0"));
+        assert_eq!(init.record, Path::new("/run/shaper/eth0.state"));
+        let other = roots.paths("eth0", Some(4026532000));
+        assert_eq!(
+            other.pin_dir,
+            Path::new("/sys/fs/bpf/shaper/netns-4026532000/eth0")
+        );
+        assert_eq!(
+            other.record,
+            Path::new("/run/shaper/netns-4026532000/eth0.state")
+        );
+    }
+
+    #[test]
+    fn store_load_remove_and_list() {
+        let dir = std::env::temp_dir().join(format!("shaper-state-test-{}", std::process::id()));
+        let roots = Roots {
+            bpffs: dir.join("bpf"),
+            run: dir.join("run"),
+        };
+        let p = roots.paths("veth0", None);
+        assert_eq!(Record::load(&p.record).expect("load"), None);
+        sample().store(&p.record).expect("store");
+        assert_eq!(Record::load(&p.record).expect("load"), Some(sample()));
+        assert_eq!(
+            recorded_ifaces(&roots, None).expect("list"),
+            vec!["veth0".to_owned()]
+        );
+        remove_record(&p.record).expect("remove");
+        remove_record(&p.record).expect("remove twice is fine");
+        assert!(recorded_ifaces(&roots, None).expect("list").is_empty());
+        let _ = fs::remove_dir_all(dir);
+    }
+}
