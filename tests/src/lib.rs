@@ -2,3 +2,4 @@
 //! kernel feature probes, and skips with a reason.
 
 pub mod netns;
+pub mod packets;
