@@ -166,7 +166,7 @@ impl Transport {
                 payload_len,
             } => {
                 let mut opts = options.clone();
-                while opts.len() % 4 != 0 {
+                while !opts.len().is_multiple_of(4) {
                     opts.push(1); // NOP
                 }
                 let hlen = 20 + opts.len();
@@ -181,7 +181,7 @@ impl Transport {
                 out.extend_from_slice(&[0, 0, 0, 0]); // checksum, urgent pointer
                 let opt_start = out.len();
                 out.extend_from_slice(&opts);
-                let opt_range = (!opts.is_empty()).then(|| opt_start..out.len());
+                let opt_range = (!opts.is_empty()).then_some(opt_start..out.len());
                 let header = start..out.len();
                 out.resize(out.len() + payload_len, 0x5a);
                 (header, opt_range)
@@ -509,7 +509,7 @@ impl Frame {
 fn encode_ipv4(ip: &Ipv4, out: &mut Vec<u8>, layout: &mut Layout) {
     let start = out.len();
     let mut options = ip.options.clone();
-    while options.len() % 4 != 0 {
+    while !options.len().is_multiple_of(4) {
         options.push(0); // End of Options list
     }
     assert!(
