@@ -1,0 +1,89 @@
+#!/bin/sh
+# PID 1 of the `cargo xtask vm` guest: busybox sh in the initramfs.
+#
+# Contract: /config (written per run by xtask) sets WORKSPACE, RUN_DIR and
+# MODULES_ROOT. This script mounts the host root read-only at /newroot (9p
+# tag hostroot), the guest's own pseudo file systems and tmpfs inside it, then
+# the workspace read-write at its host path (9p tag workspace). It runs
+# $RUN_DIR/job.sh chrooted into /newroot with stdout on ttyS1 and stderr on
+# ttyS2, writes the job's exit status to $RUN_DIR/exit-code and powers off.
+# A setup failure is reported on the console (ttyS0) and powers off without
+# an exit-code file; xtask then shows the end of the console.
+#
+# PID 1 itself never chroots: the kernel starts its module helper with the
+# root of PID 1 (they share init's fs_struct), so /vm-modprobe must stay at
+# the initramfs root.
+
+/bin/busybox mount -t devtmpfs devtmpfs /dev
+exec </dev/null >/dev/console 2>&1
+/bin/busybox --install -s /bin
+export PATH=/bin
+
+die() {
+    echo "vm-init: $*"
+    echo "vm-init: powering off without an exit code"
+    poweroff -f
+    sleep 10
+    exit 1
+}
+
+mount -t proc proc /proc || die "cannot mount /proc"
+mount -t sysfs sysfs /sys || die "cannot mount /sys"
+. /config || die "cannot read /config"
+
+while read -r module; do
+    insmod "/modules/$module" || die "cannot load the module $module"
+done </modules/order
+
+# 9p2000.L over virtio; 512 KiB messages (the virtio transport's maximum in
+# these kernels) cut round trips for big reads. cache=loose is safe for the
+# root, which nothing changes under the guest; the workspace uses cache=mmap,
+# which keeps reads and writes coherent with the host and still allows
+# shared writable mappings.
+opts=trans=virtio,version=9p2000.L,msize=512000
+r=/newroot
+mount -t 9p -o "$opts,ro,cache=loose" hostroot "$r" || die "cannot mount the host root (9p tag hostroot)"
+
+mount -t proc proc "$r/proc" || die "cannot mount proc in the new root"
+mount -t sysfs sysfs "$r/sys" || die "cannot mount sysfs in the new root"
+mount -t devtmpfs devtmpfs "$r/dev" || die "cannot mount devtmpfs in the new root"
+mkdir -p "$r/dev/pts" "$r/dev/shm"
+mount -t devpts -o newinstance,ptmxmode=0666 devpts "$r/dev/pts" || die "cannot mount devpts"
+mount -t tmpfs -o mode=1777 tmpfs "$r/dev/shm" || die "cannot mount /dev/shm"
+ln -sf /proc/self/fd "$r/dev/fd"
+ln -sf /proc/self/fd/0 "$r/dev/stdin"
+ln -sf /proc/self/fd/1 "$r/dev/stdout"
+ln -sf /proc/self/fd/2 "$r/dev/stderr"
+for spec in tmp:1777 run:755 var/tmp:1777 root:700; do
+    dir=${spec%:*}
+    mount -t tmpfs -o "mode=${spec#*:}" tmpfs "$r/$dir" || die "cannot mount a tmpfs on /$dir"
+done
+mkdir -p "$r/run/lock"
+mount -t bpf -o mode=700 bpf "$r/sys/fs/bpf" || die "cannot mount bpffs"
+mount -t debugfs debugfs "$r/sys/kernel/debug" || die "cannot mount debugfs"
+mount -t tracefs tracefs "$r/sys/kernel/tracing" || die "cannot mount tracefs"
+mount -t cgroup2 cgroup2 "$r/sys/fs/cgroup" || die "cannot mount cgroup2"
+
+# After the tmpfs mounts, so that a workspace under /tmp stays visible.
+[ -d "$r$WORKSPACE" ] || mkdir -p "$r$WORKSPACE" || die "cannot create the mount point $WORKSPACE"
+mount -t 9p -o "$opts,cache=mmap" workspace "$r$WORKSPACE" || die "cannot mount the workspace (9p tag workspace)"
+[ -f "$r$RUN_DIR/job.sh" ] || die "the job script $RUN_DIR/job.sh is not visible in the guest"
+
+ip link set lo up || die "cannot bring up lo"
+echo /vm-modprobe >/proc/sys/kernel/modprobe || die "cannot install the modprobe helper"
+
+# Raw mode: no \n -> \r\n translation or echo on the job's output ports.
+exec 3>/dev/ttyS1 4>/dev/ttyS2 || die "the serial ports ttyS1 and ttyS2 are missing"
+stty -F /dev/ttyS1 raw -echo && stty -F /dev/ttyS2 raw -echo || die "cannot set the serial ports to raw mode"
+
+chroot "$r" /bin/sh "$RUN_DIR/job.sh" </dev/null >&3 2>&4
+code=$?
+
+# Let the UARTs drain before powering off: stty applies its settings with
+# TCSADRAIN, and the last close waits for the output to be sent.
+stty -F /dev/ttyS1 raw -echo
+stty -F /dev/ttyS2 raw -echo
+exec 3>&- 4>&-
+echo "$code" >"$r$RUN_DIR/exit-code" || die "cannot write the exit code to $RUN_DIR"
+sync
+poweroff -f

@@ -1,0 +1,359 @@
+//! Fetches a stock Debian kernel and caches it, ready to boot, under
+//! `<workspace>/target/vm/<line>/`.
+//!
+//! The cache directory holds `vmlinuz`, `base.cpio` (busybox and the 9p
+//! modules, see [`super::initramfs`]), `tree/` (the unpacked package with a
+//! fresh module index: the guest's `modprobe -d` root), `release` and
+//! `layout`.
+//!
+//! Invariants: the cache is built in `.prepare-<line>-<pid>/` and renamed into
+//! place only when complete, so an interrupted preparation leaves no half
+//! cache; a complete cache is used without asking apt anything. The newest
+//! patch release known to apt is chosen at preparation time; to move to a
+//! newer one, delete the cache directory.
+//!
+//! Non-goals: verifying package signatures beyond what apt does, kernels from
+//! anywhere but the configured apt sources.
+
+use std::cmp::Ordering;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, Result, bail};
+
+use super::{Kernel, Tools, initramfs};
+
+/// Bumped whenever the cache's contents change shape, so that old caches are
+/// rebuilt rather than misread.
+const CACHE_LAYOUT: &str = "shaper-vm-cache 1\n";
+
+/// A prepared kernel, ready to boot.
+pub(crate) struct Cached {
+    pub vmlinuz: PathBuf,
+    pub base_initrd: PathBuf,
+    /// The `modprobe -d` root: holds `lib/modules/<release>/`.
+    pub modules_root: PathBuf,
+}
+
+/// `<workspace>/target/vm`: parent of caches and run directories.
+pub(crate) fn vm_dir(workspace: &Path) -> PathBuf {
+    workspace.join("target").join("vm")
+}
+
+/// Returns the cached `kernel`, fetching and preparing it first if needed.
+pub(crate) fn prepare(workspace: &Path, kernel: Kernel, tools: &Tools) -> Result<Cached> {
+    let dir = vm_dir(workspace).join(kernel.line());
+    if is_complete(&dir) {
+        return Ok(cached_in(&dir));
+    }
+    if dir.exists() {
+        eprintln!(
+            "xtask vm: {} is incomplete or from an older layout; rebuilding it",
+            dir.display()
+        );
+        std::fs::remove_dir_all(&dir)
+            .with_context(|| format!("cannot remove the stale cache {}", dir.display()))?;
+    }
+    let started = Instant::now();
+    let tmp = vm_dir(workspace).join(format!(".prepare-{}-{}", kernel.line(), std::process::id()));
+    if tmp.exists() {
+        std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot clear {}", tmp.display()))?;
+    }
+    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    if let Err(e) = build_cache(&tmp, kernel, tools) {
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    if let Err(e) = std::fs::rename(&tmp, &dir) {
+        // Another process may have finished the same preparation first.
+        let _ = std::fs::remove_dir_all(&tmp);
+        if !is_complete(&dir) {
+            return Err(e)
+                .with_context(|| format!("cannot move the prepared kernel to {}", dir.display()));
+        }
+    }
+    eprintln!(
+        "xtask vm: kernel {} prepared in {:.1} s (cached in {})",
+        kernel.line(),
+        started.elapsed().as_secs_f64(),
+        dir.display()
+    );
+    Ok(cached_in(&dir))
+}
+
+fn cached_in(dir: &Path) -> Cached {
+    Cached {
+        vmlinuz: dir.join("vmlinuz"),
+        base_initrd: dir.join("base.cpio"),
+        modules_root: dir.join("tree"),
+    }
+}
+
+fn is_complete(dir: &Path) -> bool {
+    let layout_ok = std::fs::read_to_string(dir.join("layout")).is_ok_and(|s| s == CACHE_LAYOUT);
+    let c = cached_in(dir);
+    layout_ok && c.vmlinuz.is_file() && c.base_initrd.is_file() && c.modules_root.is_dir()
+}
+
+/// Fills the empty directory `tmp` with a complete cache for `kernel`.
+fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
+    let listing = run_captured(
+        Command::new(&tools.apt_cache).args([
+            "search",
+            "--names-only",
+            kernel.apt_search_pattern(),
+        ]),
+        "apt-cache search",
+    )?;
+    let Some(release) = newest_release(kernel, &listing) else {
+        bail!(
+            "apt knows no package {}: run `apt-get update` with Debian bookworm and \
+             bookworm-security in the apt sources (cargo xtask setup does this)",
+            kernel.package_glob()
+        );
+    };
+    let package = format!("linux-image-{release}");
+    eprintln!(
+        "xtask vm: first use of kernel {}: fetching {package}",
+        kernel.line()
+    );
+    run_captured(
+        Command::new(&tools.apt_get)
+            .args(["download", "-q", &package])
+            .current_dir(tmp),
+        "apt-get download",
+    )?;
+    let deb = find_deb(tmp, &package)?;
+
+    let tree = tmp.join("tree");
+    run_captured(
+        Command::new(&tools.dpkg).arg("-x").arg(&deb).arg(&tree),
+        "dpkg -x",
+    )?;
+    std::fs::remove_file(&deb).with_context(|| format!("cannot remove {}", deb.display()))?;
+    let modules = tree.join("lib/modules").join(&release);
+    if !modules.is_dir() {
+        bail!(
+            "{package} has no lib/modules/{release}: this is not the package layout this tool knows"
+        );
+    }
+    let image = tree.join("boot").join(format!("vmlinuz-{release}"));
+    std::fs::rename(&image, tmp.join("vmlinuz"))
+        .with_context(|| format!("{package} has no boot/vmlinuz-{release}"))?;
+
+    // The package ships no modules.dep; the index is built here, inside the
+    // cache, so the host's own /lib/modules is never involved.
+    run_captured(
+        Command::new(&tools.depmod)
+            .arg("-b")
+            .arg(&tree)
+            .arg(&release),
+        "depmod",
+    )?;
+    initramfs::write_base(
+        tools,
+        &modules,
+        &tmp.join("initramfs"),
+        &tmp.join("base.cpio"),
+    )?;
+
+    std::fs::write(tmp.join("release"), format!("{release}\n"))
+        .context("cannot write the release file")?;
+    std::fs::write(tmp.join("layout"), CACHE_LAYOUT).context("cannot write the layout file")?;
+    Ok(())
+}
+
+fn find_deb(dir: &Path, package: &str) -> Result<PathBuf> {
+    let prefix = format!("{package}_");
+    let entries =
+        std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
+    for entry in entries {
+        let entry = entry.with_context(|| format!("cannot list {}", dir.display()))?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        // apt-get escapes '+' in file names as %2b.
+        let name = name.replace("%2b", "+");
+        if name.starts_with(&prefix) && name.ends_with(".deb") {
+            return Ok(entry.path());
+        }
+    }
+    bail!(
+        "apt-get download reported success but left no {package}_*.deb in {}",
+        dir.display()
+    )
+}
+
+/// Runs `cmd`, returning its stdout; on failure the error shows its output.
+pub(crate) fn run_captured(cmd: &mut Command, what: &str) -> Result<String> {
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot start {what} ({:?})", cmd.get_program()))?;
+    if !out.status.success() {
+        bail!(
+            "{what} failed ({}):\n{}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+impl Kernel {
+    /// The generic-flavour release names of this line look like
+    /// `<prefix><number><suffix>`; anything else (cloud, rt, dbg, unsigned,
+    /// meta-packages) is not bootable here or not a kernel image.
+    fn release_shape(self) -> (&'static str, &'static str) {
+        match self {
+            Kernel::V6_12 => ("6.12.", "+deb12-amd64"),
+            Kernel::V6_1 => ("6.1.0-", "-amd64"),
+        }
+    }
+
+    fn apt_search_pattern(self) -> &'static str {
+        match self {
+            Kernel::V6_12 => r"^linux-image-6\.12\.",
+            Kernel::V6_1 => r"^linux-image-6\.1\.0-",
+        }
+    }
+
+    fn package_glob(self) -> String {
+        let (prefix, suffix) = self.release_shape();
+        format!("linux-image-{prefix}*{suffix}")
+    }
+
+    /// The release (`6.12.117+deb12-amd64`) if `package` is a generic-flavour
+    /// image of this line.
+    fn release_of(self, package: &str) -> Option<&str> {
+        let release = package.strip_prefix("linux-image-")?;
+        let (prefix, suffix) = self.release_shape();
+        let number = release.strip_prefix(prefix)?.strip_suffix(suffix)?;
+        let numeric = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
+        numeric.then_some(release)
+    }
+}
+
+/// Picks the newest release of `kernel` from `apt-cache search` output
+/// (`<package> - <description>` per line).
+fn newest_release(kernel: Kernel, listing: &str) -> Option<String> {
+    listing
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .filter_map(|package| kernel.release_of(package))
+        .max_by(|a, b| version_cmp(a, b))
+        .map(str::to_owned)
+}
+
+/// Orders version strings the way `sort -V` does for these names: runs of
+/// digits compare as numbers, everything else byte by byte.
+fn version_cmp(a: &str, b: &str) -> Ordering {
+    let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
+    loop {
+        match (a.first(), b.first()) {
+            (None, None) => return Ordering::Equal,
+            (None, Some(_)) => return Ordering::Less,
+            (Some(_), None) => return Ordering::Greater,
+            (Some(x), Some(y)) if x.is_ascii_digit() && y.is_ascii_digit() => {
+                let (na, ra) = split_digits(a);
+                let (nb, rb) = split_digits(b);
+                let (na, nb) = (trim_zeros(na), trim_zeros(nb));
+                let ord = na.len().cmp(&nb.len()).then_with(|| na.cmp(nb));
+                if ord != Ordering::Equal {
+                    return ord;
+                }
+                (a, b) = (ra, rb);
+            }
+            (Some(x), Some(y)) => {
+                if x != y {
+                    return x.cmp(y);
+                }
+                (a, b) = (&a[1..], &b[1..]);
+            }
+        }
+    }
+}
+
+fn split_digits(s: &[u8]) -> (&[u8], &[u8]) {
+    let n = s.iter().take_while(|b| b.is_ascii_digit()).count();
+    s.split_at(n)
+}
+
+fn trim_zeros(s: &[u8]) -> &[u8] {
+    let n = s.iter().take_while(|&&b| b == b'0').count();
+    &s[n..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LISTING: &str = "\
+linux-image-6.12.99+deb12-amd64 - Linux 6.12 for 64-bit PCs (signed)
+linux-image-6.12.117+deb12-amd64 - Linux 6.12 for 64-bit PCs (signed)
+linux-image-6.12.117+deb12-cloud-amd64 - Linux 6.12 for x86-64 cloud (signed)
+linux-image-6.12.118+deb12-rt-amd64 - Linux 6.12 for 64-bit PCs (signed), PREEMPT_RT
+linux-image-6.12.119+deb12-amd64-dbg - Debug symbols for Linux 6.12.119+deb12-amd64
+linux-image-6.12.120+deb12-amd64-unsigned - Linux 6.12 for 64-bit PCs
+linux-image-6.12-amd64 - Linux for 64-bit PCs (meta-package)
+linux-image-6.12.115+deb12-amd64 - Linux 6.12 for 64-bit PCs (signed)
+linux-image-6.1.0-9-amd64 - Linux 6.1 for 64-bit PCs (signed)
+linux-image-6.1.0-57-amd64 - Linux 6.1 for 64-bit PCs (signed)
+linux-image-6.1.0-57-cloud-amd64 - Linux 6.1 for x86-64 cloud (signed)
+linux-image-6.1.0-60-rt-amd64 - Linux 6.1 for 64-bit PCs (signed), PREEMPT_RT
+linux-image-6.1.0-56-amd64 - Linux 6.1 for 64-bit PCs (signed)
+";
+
+    #[test]
+    fn picks_newest_generic_6_12() {
+        assert_eq!(
+            newest_release(Kernel::V6_12, LISTING).as_deref(),
+            Some("6.12.117+deb12-amd64")
+        );
+    }
+
+    #[test]
+    fn picks_newest_generic_6_1_numerically() {
+        assert_eq!(
+            newest_release(Kernel::V6_1, LISTING).as_deref(),
+            Some("6.1.0-57-amd64")
+        );
+    }
+
+    #[test]
+    fn no_candidate_gives_none() {
+        let listing = "linux-image-6.12.117+deb12-cloud-amd64 - cloud only\n";
+        assert_eq!(newest_release(Kernel::V6_12, listing), None);
+        assert_eq!(newest_release(Kernel::V6_1, ""), None);
+    }
+
+    #[test]
+    fn lines_do_not_cross() {
+        assert_eq!(
+            Kernel::V6_1.release_of("linux-image-6.12.117+deb12-amd64"),
+            None
+        );
+        assert_eq!(Kernel::V6_12.release_of("linux-image-6.1.0-57-amd64"), None);
+    }
+
+    #[test]
+    fn version_cmp_is_numeric_on_digit_runs() {
+        assert_eq!(
+            version_cmp("6.12.99+deb12", "6.12.117+deb12"),
+            Ordering::Less
+        );
+        assert_eq!(version_cmp("6.1.0-9", "6.1.0-10"), Ordering::Less);
+        assert_eq!(version_cmp("6.1.0-010", "6.1.0-10"), Ordering::Equal);
+        assert_eq!(version_cmp("6.12.1", "6.12.1a"), Ordering::Less);
+        assert_eq!(version_cmp("6.12", "6.1"), Ordering::Greater);
+    }
+
+    #[test]
+    fn package_glob_names_the_shape() {
+        assert_eq!(
+            Kernel::V6_12.package_glob(),
+            "linux-image-6.12.*+deb12-amd64"
+        );
+        assert_eq!(Kernel::V6_1.package_glob(), "linux-image-6.1.0-*-amd64");
+    }
+}

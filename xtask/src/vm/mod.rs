@@ -1,0 +1,308 @@
+//! `cargo xtask vm`: boots a stock Debian kernel in QEMU and runs one command
+//! inside it, as if it ran on the host.
+//!
+//! What it does:
+//! - On first use per kernel line, fetches the newest Debian `linux-image`
+//!   package with apt, unpacks it, indexes its modules and builds a small
+//!   busybox initramfs, all under `<workspace>/target/vm/<line>/`
+//!   ([`kernel`], [`initramfs`]).
+//! - Per run, writes a job script and an init configuration into a fresh run
+//!   directory `<workspace>/target/vm/run-<pid>-<n>/` ([`job`]), boots QEMU
+//!   under TCG ([`qemu`]) and returns the job's exit code.
+//! - In the guest, `init.sh` mounts the host root read-only over virtio-9p,
+//!   the usual pseudo file systems and tmpfs on /tmp, /run, /var/tmp and
+//!   /root, then the workspace read-write at its host path, and runs the job
+//!   chrooted into the host root.
+//!
+//! Invariants:
+//! - The host's /boot and /lib/modules are never touched; every kernel file
+//!   lives in the cache.
+//! - A cache directory either is complete or does not exist: it is prepared
+//!   under a temporary name and renamed into place. A warm run makes no apt
+//!   calls.
+//! - The job's stdout and stderr travel on their own serial ports (ttyS1 and
+//!   ttyS2); the kernel console (ttyS0) goes to a log file that is shown only
+//!   when the guest dies without reporting an exit code. The exit code comes
+//!   back through a file in the run directory, never through QEMU's status.
+//! - The guest has no network device: its traffic stays in its own loopback
+//!   and namespaces.
+//!
+//! Non-goals: stdin for the job (it gets /dev/null), interactive shells,
+//! persistent guest state between runs, kernels other than Debian's generic
+//! amd64 flavour.
+
+mod initramfs;
+mod job;
+mod kernel;
+mod qemu;
+
+use std::ffi::OsStr;
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+
+/// Debian packages the VM needs on the host: QEMU, a static busybox for the
+/// initramfs, kmod (depmod on the host, modprobe in the guest), cpio and xz
+/// (6.12 ships its modules as `.ko.xz`).
+#[allow(
+    dead_code,
+    reason = "read by `cargo xtask setup`, which is written separately"
+)]
+pub const HOST_PACKAGES: &[&str] = &[
+    "qemu-system-x86",
+    "busybox-static",
+    "kmod",
+    "cpio",
+    "xz-utils",
+];
+
+/// Overall limit for one run, overridable with `SHAPER_VM_TIMEOUT_S`.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// Set (to anything) to keep the run directory for debugging.
+const KEEP_RUN_DIR_VAR: &str = "SHAPER_VM_KEEP_RUN_DIR";
+
+/// Which stock Debian kernel to boot.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Kernel {
+    /// Debian 12's 6.12 from bookworm's security updates (has TCX).
+    #[value(name = "6.12")]
+    V6_12,
+    /// Debian 12's 6.1 LTS (no TCX: netlink attach).
+    #[value(name = "6.1")]
+    V6_1,
+}
+
+impl Kernel {
+    /// The kernel line as the user writes it ("6.12"); also the cache
+    /// directory's name.
+    fn line(self) -> &'static str {
+        match self {
+            Kernel::V6_12 => "6.12",
+            Kernel::V6_1 => "6.1",
+        }
+    }
+}
+
+/// Boots `kernel`, runs `cmd` (argv) in the guest with the host root shared
+/// read-only and `workspace` shared read-write at the same path, streams its
+/// output and returns its exit code.
+pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
+    if cmd.is_empty() {
+        bail!("no command given: usage is `cargo xtask vm [--kernel 6.12|6.1] -- CMD [ARGS...]`");
+    }
+    let workspace = canonical_workspace(workspace)?;
+    let tools = Tools::find()?;
+    let timeout = timeout_from_env()?;
+    let cached = kernel::prepare(&workspace, kernel, &tools)?;
+
+    let run_dir = RunDir::create(&workspace)?;
+    let caller_cwd = std::env::current_dir().context("cannot read the current directory")?;
+    let cwd = job::guest_cwd(&caller_cwd, &workspace);
+    if cwd != caller_cwd {
+        eprintln!(
+            "xtask vm: warning: {} is hidden by a tmpfs in the guest; running in {}",
+            caller_cwd.display(),
+            cwd.display()
+        );
+    }
+    let env = job::passthrough_env(std::env::vars_os(), std::io::stdout().is_terminal());
+    let script = job::job_script(&env, &cwd, cmd)?;
+    let job_path = run_dir.path.join("job.sh");
+    std::fs::write(&job_path, script)
+        .with_context(|| format!("cannot write the job script {}", job_path.display()))?;
+
+    let config = job::init_config(&workspace, &run_dir.path, &cached.modules_root)?;
+    let initrd = run_dir.path.join("initrd.cpio");
+    initramfs::write_run_initrd(&tools, &cached.base_initrd, &run_dir.path, &config, &initrd)?;
+
+    let machine = qemu::Machine {
+        vmlinuz: &cached.vmlinuz,
+        initrd: &initrd,
+        root_share: Path::new("/"),
+        workspace: &workspace,
+        console_log: &run_dir.path.join("console.log"),
+    };
+    let outcome = qemu::boot(&tools.qemu, &machine, timeout)?;
+    let exit_file = run_dir.path.join("exit-code");
+    qemu::job_exit_code(&outcome, &exit_file, machine.console_log, timeout)
+}
+
+/// Fetches and caches `kernel` and its base initramfs without booting it, so
+/// that a test runner can warm the cache up front.
+#[allow(
+    dead_code,
+    reason = "called by the test runner, which is written separately"
+)]
+pub fn prepare(workspace: &Path, kernel: Kernel) -> Result<()> {
+    let workspace = canonical_workspace(workspace)?;
+    let tools = Tools::find()?;
+    kernel::prepare(&workspace, kernel, &tools).map(|_| ())
+}
+
+fn canonical_workspace(workspace: &Path) -> Result<PathBuf> {
+    workspace
+        .canonicalize()
+        .with_context(|| format!("cannot resolve the workspace path {}", workspace.display()))
+}
+
+fn timeout_from_env() -> Result<Duration> {
+    match std::env::var("SHAPER_VM_TIMEOUT_S") {
+        Err(std::env::VarError::NotPresent) => Ok(DEFAULT_TIMEOUT),
+        Err(std::env::VarError::NotUnicode(_)) => bail!("invalid SHAPER_VM_TIMEOUT_S: not UTF-8"),
+        Ok(s) => match s.trim().parse::<u64>() {
+            Ok(secs) if secs > 0 => Ok(Duration::from_secs(secs)),
+            _ => bail!(
+                "invalid SHAPER_VM_TIMEOUT_S '{s}': expected a whole number of seconds above 0"
+            ),
+        },
+    }
+}
+
+/// Absolute paths of the host programs the VM needs.
+pub(crate) struct Tools {
+    pub qemu: PathBuf,
+    pub busybox: PathBuf,
+    pub cpio: PathBuf,
+    pub depmod: PathBuf,
+    pub xz: PathBuf,
+    pub apt_cache: PathBuf,
+    pub apt_get: PathBuf,
+    pub dpkg: PathBuf,
+}
+
+impl Tools {
+    /// Finds every tool, or fails naming the Debian package to install.
+    fn find() -> Result<Tools> {
+        let tools = Tools {
+            qemu: find_tool("qemu-system-x86_64", "qemu-system-x86")?,
+            busybox: find_tool("busybox", "busybox-static")?,
+            cpio: find_tool("cpio", "cpio")?,
+            depmod: find_tool("depmod", "kmod")?,
+            xz: find_tool("xz", "xz-utils")?,
+            apt_cache: find_tool("apt-cache", "apt")?,
+            apt_get: find_tool("apt-get", "apt")?,
+            dpkg: find_tool("dpkg", "dpkg")?,
+        };
+        // The guest runs the host's modprobe (the root is shared), so it
+        // must exist on the host too.
+        find_tool("modprobe", "kmod")?;
+        initramfs::check_static(&tools.busybox)?;
+        Ok(tools)
+    }
+}
+
+/// Looks `name` up on PATH and in the sbin directories (depmod lives in
+/// /usr/sbin, which a non-root PATH lacks).
+fn find_tool(name: &str, package: &str) -> Result<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let fixed = [
+        "/usr/local/sbin",
+        "/usr/local/bin",
+        "/usr/sbin",
+        "/usr/bin",
+        "/sbin",
+        "/bin",
+    ];
+    std::env::split_paths(&path)
+        .chain(fixed.iter().map(PathBuf::from))
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file())
+        .with_context(|| {
+            format!("{name} not found: install the Debian package {package} (cargo xtask setup does this)")
+        })
+}
+
+/// A per-run directory under `<workspace>/target/vm/`, visible read-write in
+/// the guest. It is removed on drop unless `SHAPER_VM_KEEP_RUN_DIR` is set.
+struct RunDir {
+    path: PathBuf,
+}
+
+impl RunDir {
+    fn create(workspace: &Path) -> Result<RunDir> {
+        static NEXT: AtomicU32 = AtomicU32::new(0);
+        let base = kernel::vm_dir(workspace);
+        remove_stale_run_dirs(&base);
+        let pid = std::process::id();
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path = base.join(format!("run-{pid}-{n}"));
+        if path.exists() {
+            std::fs::remove_dir_all(&path).with_context(|| {
+                format!("cannot clear the old run directory {}", path.display())
+            })?;
+        }
+        std::fs::create_dir_all(&path)
+            .with_context(|| format!("cannot create the run directory {}", path.display()))?;
+        Ok(RunDir { path })
+    }
+}
+
+impl Drop for RunDir {
+    fn drop(&mut self) {
+        if std::env::var_os(KEEP_RUN_DIR_VAR).is_some() {
+            eprintln!("xtask vm: kept the run directory {}", self.path.display());
+            return;
+        }
+        if let Err(e) = std::fs::remove_dir_all(&self.path) {
+            eprintln!(
+                "xtask vm: warning: cannot remove {}: {e}",
+                self.path.display()
+            );
+        }
+    }
+}
+
+/// Removes `run-<pid>-*` and `.prepare-*-<pid>` directories left behind by
+/// processes that no longer exist (an interrupted run). Best effort.
+fn remove_stale_run_dirs(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = owner_pid(&name) else {
+            continue;
+        };
+        if pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// The pid in a run or preparation directory's name, if it is one.
+fn owner_pid(name: &OsStr) -> Option<u32> {
+    let name = name.to_str()?;
+    if let Some(rest) = name.strip_prefix("run-") {
+        return rest.split('-').next()?.parse().ok();
+    }
+    if name.starts_with(".prepare-") {
+        return name.rsplit('-').next()?.parse().ok();
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_pid_reads_run_and_prepare_dirs() {
+        assert_eq!(owner_pid(OsStr::new("run-1234-0")), Some(1234));
+        assert_eq!(owner_pid(OsStr::new(".prepare-6.12-77")), Some(77));
+        assert_eq!(owner_pid(OsStr::new("6.12")), None);
+        assert_eq!(owner_pid(OsStr::new("run-x-0")), None);
+    }
+
+    #[test]
+    fn kernel_lines_match_clap_names() {
+        use clap::ValueEnum;
+        for k in Kernel::value_variants() {
+            let name = k.to_possible_value().map(|v| v.get_name().to_owned());
+            assert_eq!(name.as_deref(), Some(k.line()));
+        }
+    }
+}
