@@ -3,10 +3,15 @@
 //! Only orchestration lives here: installing the toolchain, building the BPF
 //! object and the binaries, booting the VM, and thin wrappers that run the
 //! `shaper` binary's own commands. Product logic lives in `shaper`.
+//!
+//! Exit codes: 0 ok, 1 failure, 2 usage (clap), or the wrapped command's own.
 
+mod ebpf;
+mod test;
+mod toolchain;
 mod vm;
 
-use std::path::PathBuf;
+use std::{path::PathBuf, process::Command};
 
 use anyhow::{Context, Result};
 use clap::{Parser, Subcommand};
@@ -15,11 +20,29 @@ use clap::{Parser, Subcommand};
 #[command(name = "cargo xtask", about = "Build, test and run the shaper")]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    command: Task,
 }
 
 #[derive(Subcommand)]
-enum Command {
+enum Task {
+    /// Install the BPF toolchain, bpf-linker, the VM's and the tests' tools.
+    Setup,
+    /// Build the BPF object only.
+    BuildEbpf,
+    /// Build the BPF object and the shaper binary that embeds it.
+    Build {
+        /// Build the debug profile instead of release.
+        #[arg(long)]
+        debug: bool,
+    },
+    /// Build, then run `shaper run ARGS` as root.
+    Run {
+        /// Arguments for `shaper run`, e.g. `-- --iface eth0 --rate 850mbit`.
+        #[arg(last = true)]
+        args: Vec<String>,
+    },
+    /// Run every test: unit, this kernel's privileged tests, and the VM's.
+    Test(test::TestArgs),
     /// Boot a stock Debian kernel in QEMU and run CMD inside.
     Vm {
         /// Kernel to boot.
@@ -49,9 +72,58 @@ fn main() {
     std::process::exit(code);
 }
 
+/// True when running as root.
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
 fn run(cli: Cli) -> Result<i32> {
     let root = workspace_root()?;
     match cli.command {
-        Command::Vm { kernel, cmd } => vm::run(&root, kernel, &cmd),
+        Task::Setup => {
+            let tc = toolchain::setup(vm::HOST_PACKAGES)?;
+            eprintln!("xtask: toolchain ready ({})", tc.route);
+            Ok(0)
+        }
+        Task::BuildEbpf => {
+            let tc = toolchain::setup(&[])?;
+            let obj = ebpf::build_ebpf(&root, &tc)?;
+            eprintln!("xtask: {}", obj.display());
+            Ok(0)
+        }
+        Task::Build { debug } => {
+            let tc = toolchain::setup(&[])?;
+            let obj = ebpf::build_ebpf(&root, &tc)?;
+            let bin = ebpf::build_host(&root, &obj, !debug)?;
+            eprintln!("xtask: built {}", bin.display());
+            Ok(0)
+        }
+        Task::Run { args } => {
+            let tc = toolchain::setup(&[])?;
+            let obj = ebpf::build_ebpf(&root, &tc)?;
+            let bin = ebpf::build_host(&root, &obj, true)?;
+            let mut cmd = if is_root() {
+                Command::new(&bin)
+            } else {
+                let mut c = Command::new("sudo");
+                c.arg("--preserve-env=RUST_LOG").arg(&bin);
+                c
+            };
+            let status = cmd
+                .arg("run")
+                .args(&args)
+                .status()
+                .with_context(|| format!("cannot start {}", bin.display()))?;
+            Ok(status.code().unwrap_or(1))
+        }
+        Task::Test(args) => test::run(&root, &args),
+        Task::Vm { kernel, cmd } => vm::run(&root, kernel, &cmd),
     }
 }
