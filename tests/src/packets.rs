@@ -145,6 +145,14 @@ impl Transport {
         Transport::Icmpv6 { payload_len: 32 }
     }
 
+    /// `payload_len` opaque bytes of IP protocol `protocol`, no header.
+    pub fn other(protocol: u8, payload_len: usize) -> Self {
+        Transport::Other {
+            protocol,
+            payload_len,
+        }
+    }
+
     /// The IP protocol number announcing this header.
     pub fn protocol(&self) -> u8 {
         match self {
@@ -280,6 +288,11 @@ pub enum ExtHeader {
 }
 
 impl ExtHeader {
+    /// A fragment header: `offset_8` in 8-byte units, `more` = the M flag.
+    pub fn fragment(offset_8: u16, more: bool) -> Self {
+        ExtHeader::Fragment { offset_8, more }
+    }
+
     fn protocol(self) -> u8 {
         match self {
             ExtHeader::HopByHop { .. } => ipproto::HOPOPTS,
