@@ -115,6 +115,12 @@ fn ipv6(ctx: &TcContext, off: usize) -> Result<Counter, Truncated> {
                 first_fragment = frag & 0xfff8 == 0;
                 next = load_u8(ctx, l4)?;
                 l4 += 8;
+                if !first_fragment {
+                    // `next` names the first header of the fragmentable part,
+                    // which only the first fragment carries (RFC 8200, 4.5):
+                    // the rest is payload, not headers to walk.
+                    break;
+                }
             }
             _ => break,
         }

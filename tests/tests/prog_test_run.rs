@@ -585,6 +585,69 @@ fn kernel_refuses_frames_shorter_than_an_ethernet_header() {
     );
 }
 
+/// Regression: the IPv6 parser kept walking extension headers after a
+/// non-first fragment header. In a non-first fragment the fragment header's
+/// Next Header names the first header of the fragmentable part, which only
+/// the first fragment carries (RFC 8200, 4.5); what follows is payload. The
+/// parser read payload bytes as an extension header, so a short fragment
+/// counted as truncated and a payload starting with 6 or 17 counted as TCP
+/// or UDP.
+#[test]
+fn ipv6_non_first_fragment_is_not_parsed_into_its_payload() {
+    let Some(h) = Harness::load() else { return };
+    use Counter::{Ipv6 as V6, OtherIp};
+    for (payload, what) in [
+        (vec![0x00], "1 payload byte"),
+        (
+            vec![ipproto::TCP as u8, 0, 0, 0, 0, 0, 0, 0],
+            "payload starting like a TCP header",
+        ),
+        (
+            vec![ipproto::UDP as u8, 0, 0, 0, 0, 0, 0, 0],
+            "payload starting like a UDP header",
+        ),
+    ] {
+        let ip = Ipv6::new(Transport::other(ipproto::DSTOPTS, payload.len()))
+            .ext(ExtHeader::fragment(100, false));
+        let mut p = Frame::ipv6(ip).build();
+        let at = p.layout.ext_headers[0].end;
+        p.bytes[at..at + payload.len()].copy_from_slice(&payload);
+        let name = format!("non-first fragment naming dest opts, {what}");
+        h.run_expect(
+            &name,
+            &p.bytes,
+            None,
+            PASS,
+            &unpaced(p.len(), &[V6, OtherIp]),
+        );
+    }
+}
+
+/// Header lengths below the minimum (IPv4 IHL < 5, TCP data offset < 5) make
+/// the frame unparsable; the classifier counts it as truncated, not as a
+/// class it cannot vouch for.
+#[test]
+fn header_lengths_below_the_minimum_count_as_truncated() {
+    let Some(h) = Harness::load() else { return };
+    let mut ihl4 = v4(Transport::tcp()).build();
+    let l3 = ihl4.layout.l3.start;
+    ihl4.bytes[l3] = 0x44;
+    let mut doff4 = v4(Transport::tcp()).build();
+    let l4_start = l4(&doff4).start;
+    doff4.bytes[l4_start + 12] = 4 << 4;
+    let mut doff0 = v6(Transport::tcp()).build();
+    let l4_start = l4(&doff0).start;
+    doff0.bytes[l4_start + 12] = 0;
+    for (name, p) in [
+        ("ipv4 ihl 4", ihl4),
+        ("tcp doff 4", doff4),
+        ("tcp doff 0", doff0),
+    ] {
+        let want = unpaced(p.len(), &[Counter::Truncated]);
+        h.run_expect(name, &p.bytes, None, PASS, &want);
+    }
+}
+
 /// Observed on 6.18: `BPF_PROG_TEST_RUN` refuses (EINVAL) an untagged IPv4
 /// frame shorter than 14 + 20 bytes and an IPv6 frame shorter than 14 + 40,
 /// so the classifier's checks for those cuts are reached behind a VLAN tag
