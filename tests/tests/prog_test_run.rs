@@ -107,7 +107,7 @@ impl Harness {
             .try_into()
             .expect("shaper_egress is a classifier");
         prog.load()
-            .unwrap_or_else(|e| panic!("verifier rejected {EGRESS_PROGRAM}: {e:#?}"));
+            .unwrap_or_else(|e| panic!("loading {EGRESS_PROGRAM} (verifier log inside): {e:#?}"));
         let prog = prog
             .fd()
             .expect("loaded")
@@ -599,11 +599,11 @@ fn ipv6_non_first_fragment_is_not_parsed_into_its_payload() {
     for (payload, what) in [
         (vec![0x00], "1 payload byte"),
         (
-            vec![ipproto::TCP as u8, 0, 0, 0, 0, 0, 0, 0],
+            vec![ipproto::TCP, 0, 0, 0, 0, 0, 0, 0],
             "payload starting like a TCP header",
         ),
         (
-            vec![ipproto::UDP as u8, 0, 0, 0, 0, 0, 0, 0],
+            vec![ipproto::UDP, 0, 0, 0, 0, 0, 0, 0],
             "payload starting like a UDP header",
         ),
     ] {
