@@ -52,7 +52,9 @@ const ENOTSUPP: i32 = 524;
 pub const DATA_OUT_SLACK: usize = 4096;
 
 /// Smallest packet the kernel accepts: one Ethernet header (`ETH_HLEN`;
-/// `bpf_test_init` returns `EINVAL` below it).
+/// `bpf_test_init` returns `EINVAL` below it). Observed on 6.18: an untagged
+/// IPv4 frame also needs its 20-byte and an IPv6 frame its 40-byte base
+/// header (`EINVAL` otherwise); behind a VLAN tag any length from 14 runs.
 pub const MIN_PACKET_LEN: usize = 14;
 
 /// Mirror of the kernel's `struct __sk_buff`, the context a `SCHED_CLS`
@@ -68,7 +70,7 @@ pub const MIN_PACKET_LEN: usize = 14;
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SkBuff {
-    /// Packet length in bytes, Ethernet header included (output of the program's view only).
+    /// Packet length in bytes, Ethernet header included. Not an input.
     pub len: u32,
     /// `PACKET_*` type (host, broadcast, outgoing, ...).
     pub pkt_type: u32,
@@ -429,8 +431,9 @@ fn explain(
             let mut hint = format!(
                 "the kernel refused the arguments: the fd must be a loaded BPF program; the \
                  packet must hold at least an Ethernet header ({MIN_PACKET_LEN} bytes) and at \
-                 most about 3.7 KiB (one page minus skb overhead; this one has {len}); ctx may \
-                 set only mark, priority, ingress_ifindex, ifindex, cb, tstamp, wire_len (0 or \
+                 most about 3.7 KiB (one page minus skb overhead; this one has {len}), and \
+                 recent kernels (6.18) also want an untagged IPv4 or IPv6 frame to hold its \
+                 whole base header (34 or 54 bytes); ctx may set only mark, priority, ingress_ifindex, ifindex, cb, tstamp, wire_len (0 or \
                  >= the packet length), gso_segs, gso_size and hwtstamp"
             );
             if let Some(c) = ctx {
