@@ -76,7 +76,7 @@ echo /vm-modprobe >/proc/sys/kernel/modprobe || die "cannot install the modprobe
 exec 3>/dev/ttyS1 4>/dev/ttyS2 || die "the serial ports ttyS1 and ttyS2 are missing"
 stty -F /dev/ttyS1 raw -echo && stty -F /dev/ttyS2 raw -echo || die "cannot set the serial ports to raw mode"
 
-chroot "$r" /bin/sh "$RUN_DIR/job.sh" </dev/null >&3 2>&4
+env -i chroot "$r" /bin/sh "$RUN_DIR/job.sh" </dev/null >&3 2>&4
 code=$?
 
 # Let the UARTs drain before powering off: stty applies its settings with

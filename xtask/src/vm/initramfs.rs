@@ -269,7 +269,7 @@ fn load_order(modules_dep: &str, modules_builtin: &str, wanted: &[&str]) -> Resu
 /// has no shared libraries.
 pub(crate) fn check_static(path: &Path) -> Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    if elf_has_interpreter(&bytes)
+    if super::elf::has_interpreter(&bytes)
         .with_context(|| format!("cannot parse {} as ELF", path.display()))?
     {
         bail!(
@@ -279,45 +279,6 @@ pub(crate) fn check_static(path: &Path) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Whether a 64-bit little-endian ELF image has a PT_INTERP program header
-/// (that is, needs a dynamic loader). Layout from the System V gABI.
-fn elf_has_interpreter(elf: &[u8]) -> Result<bool> {
-    const PT_INTERP: u32 = 3;
-    if elf.get(..4) != Some(b"\x7fELF".as_slice())
-        || elf.get(4) != Some(&2)
-        || elf.get(5) != Some(&1)
-    {
-        bail!("not a 64-bit little-endian ELF file");
-    }
-    let u16_at = |off: usize| {
-        elf.get(off..off + 2)
-            .map(|b| u16::from_le_bytes([b[0], b[1]]))
-    };
-    let u32_at = |off: usize| {
-        elf.get(off..off + 4)
-            .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-    };
-    let u64_at = |off: usize| {
-        let b = elf.get(off..off + 8)?;
-        Some(u64::from_le_bytes([
-            b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
-        ]))
-    };
-    let header = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-    let (Some(phoff), Some(phentsize), Some(phnum)) = header else {
-        bail!("truncated ELF header")
-    };
-    let phoff = usize::try_from(phoff).context("program header offset out of range")?;
-    for i in 0..usize::from(phnum) {
-        let p_type =
-            u32_at(phoff + i * usize::from(phentsize)).context("truncated program headers")?;
-        if p_type == PT_INTERP {
-            return Ok(true);
-        }
-    }
-    Ok(false)
 }
 
 #[cfg(test)]
@@ -405,28 +366,6 @@ kernel/net/9p/9pnet_virtio.ko: kernel/net/9p/9pnet.ko kernel/drivers/virtio/virt
         );
         assert!(same_module("virtio-rng", "virtio_rng"));
         assert_eq!(module_file_name("kernel/fs/9p/9p.ko.xz")?, "9p.ko");
-        Ok(())
-    }
-
-    fn elf_with(phdr_types: &[u32]) -> Vec<u8> {
-        let mut elf = vec![0u8; 64 + 56 * phdr_types.len()];
-        elf[..6].copy_from_slice(b"\x7fELF\x02\x01");
-        elf[0x20..0x28].copy_from_slice(&64u64.to_le_bytes());
-        elf[0x36..0x38].copy_from_slice(&56u16.to_le_bytes());
-        elf[0x38..0x3a]
-            .copy_from_slice(&u16::try_from(phdr_types.len()).unwrap_or(0).to_le_bytes());
-        for (i, t) in phdr_types.iter().enumerate() {
-            elf[64 + 56 * i..68 + 56 * i].copy_from_slice(&t.to_le_bytes());
-        }
-        elf
-    }
-
-    #[test]
-    fn elf_interpreter_detection() -> Result<()> {
-        assert!(!elf_has_interpreter(&elf_with(&[1, 1, 4]))?);
-        assert!(elf_has_interpreter(&elf_with(&[6, 3, 1]))?);
-        assert!(elf_has_interpreter(b"#!/bin/sh\n").is_err());
-        assert!(elf_has_interpreter(&elf_with(&[1])[..66]).is_err());
         Ok(())
     }
 }

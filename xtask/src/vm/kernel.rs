@@ -1,10 +1,18 @@
 //! Fetches a stock Debian kernel and caches it, ready to boot, under
 //! `<workspace>/target/vm/<line>/`.
 //!
-//! The cache directory holds `vmlinuz`, `base.cpio` (busybox and the 9p
-//! modules, see [`super::initramfs`]), `tree/` (the unpacked package with a
-//! fresh module index: the guest's `modprobe -d` root), `release` and
-//! `layout`.
+//! The cache directory holds `vmlinuz` (the package's bzImage), `vmlinux`
+//! (the same kernel decompressed, when it supports PVH entry), `base.cpio`
+//! (busybox and the 9p modules, see [`super::initramfs`]), `tree/` (the
+//! unpacked package with a fresh module index: the guest's `modprobe -d`
+//! root), `release` and `layout`.
+//!
+//! Why `vmlinux`: under TCG the bzImage's own decompressor is slow (6.1 is
+//! XZ-compressed and spends about 6 s there, 6.12 uses zstd). QEMU boots an
+//! uncompressed ELF kernel directly through its PVH entry point
+//! (`CONFIG_PVH`), so the image is decompressed once here, the way the
+//! kernel's scripts/extract-vmlinux does: find the compressed payload by its
+//! magic bytes and decompress from there.
 //!
 //! Invariants: the cache is built in `.prepare-<line>-<pid>/` and renamed into
 //! place only when complete, so an interrupted preparation leaves no half
@@ -22,15 +30,16 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Kernel, Tools, initramfs};
+use super::{Kernel, Tools, elf, initramfs};
 
 /// Bumped whenever the cache's contents change shape, so that old caches are
 /// rebuilt rather than misread.
-const CACHE_LAYOUT: &str = "shaper-vm-cache 1\n";
+const CACHE_LAYOUT: &str = "shaper-vm-cache 2\n";
 
 /// A prepared kernel, ready to boot.
 pub(crate) struct Cached {
-    pub vmlinuz: PathBuf,
+    /// `vmlinux` if it was extracted, else `vmlinuz`.
+    pub kernel: PathBuf,
     pub base_initrd: PathBuf,
     /// The `modprobe -d` root: holds `lib/modules/<release>/`.
     pub modules_root: PathBuf,
@@ -83,8 +92,13 @@ pub(crate) fn prepare(workspace: &Path, kernel: Kernel, tools: &Tools) -> Result
 }
 
 fn cached_in(dir: &Path) -> Cached {
+    let vmlinux = dir.join("vmlinux");
     Cached {
-        vmlinuz: dir.join("vmlinuz"),
+        kernel: if vmlinux.is_file() {
+            vmlinux
+        } else {
+            dir.join("vmlinuz")
+        },
         base_initrd: dir.join("base.cpio"),
         modules_root: dir.join("tree"),
     }
@@ -93,7 +107,7 @@ fn cached_in(dir: &Path) -> Cached {
 fn is_complete(dir: &Path) -> bool {
     let layout_ok = std::fs::read_to_string(dir.join("layout")).is_ok_and(|s| s == CACHE_LAYOUT);
     let c = cached_in(dir);
-    layout_ok && c.vmlinuz.is_file() && c.base_initrd.is_file() && c.modules_root.is_dir()
+    layout_ok && c.kernel.is_file() && c.base_initrd.is_file() && c.modules_root.is_dir()
 }
 
 /// Fills the empty directory `tmp` with a complete cache for `kernel`.
@@ -142,6 +156,13 @@ fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
     std::fs::rename(&image, tmp.join("vmlinuz"))
         .with_context(|| format!("{package} has no boot/vmlinuz-{release}"))?;
 
+    let config = tree.join("boot").join(format!("config-{release}"));
+    let config = std::fs::read_to_string(&config)
+        .with_context(|| format!("{package} has no {}", config.display()))?;
+    if config.lines().any(|line| line == "CONFIG_PVH=y") {
+        extract_vmlinux(tools, tmp)?;
+    }
+
     // The package ships no modules.dep; the index is built here, inside the
     // cache, so the host's own /lib/modules is never involved.
     run_captured(
@@ -162,6 +183,63 @@ fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
         .context("cannot write the release file")?;
     std::fs::write(tmp.join("layout"), CACHE_LAYOUT).context("cannot write the layout file")?;
     Ok(())
+}
+
+/// Decompresses `tmp/vmlinuz` into `tmp/vmlinux`. Tries each xz or zstd
+/// magic in the image in turn, keeping the first output that is a complete
+/// ELF file (the decompressors complain about the bytes after the payload;
+/// that is expected). Leaves no `vmlinux` if none works: the bzImage still
+/// boots, only slower.
+fn extract_vmlinux(tools: &Tools, tmp: &Path) -> Result<()> {
+    let image_path = tmp.join("vmlinuz");
+    let image = std::fs::read(&image_path)
+        .with_context(|| format!("cannot read {}", image_path.display()))?;
+    let mut candidates: Vec<(usize, &Path)> = find_all(&image, b"\xfd7zXZ\x00")
+        .into_iter()
+        .map(|at| (at, tools.xz.as_path()))
+        .chain(
+            find_all(&image, b"\x28\xb5\x2f\xfd")
+                .into_iter()
+                .map(|at| (at, tools.zstd.as_path())),
+        )
+        .collect();
+    candidates.sort();
+    let payload = tmp.join("payload");
+    let vmlinux = tmp.join("vmlinux");
+    for (at, tool) in candidates.into_iter().take(8) {
+        std::fs::write(&payload, &image[at..])
+            .with_context(|| format!("cannot write {}", payload.display()))?;
+        let out = std::fs::File::create(&vmlinux)
+            .with_context(|| format!("cannot create {}", vmlinux.display()))?;
+        let ran = Command::new(tool)
+            .arg("-dc")
+            .arg(&payload)
+            .stdout(out)
+            .stderr(std::process::Stdio::null())
+            .status();
+        if ran.is_ok() && std::fs::read(&vmlinux).is_ok_and(|elf| elf::is_complete_executable(&elf))
+        {
+            std::fs::remove_file(&payload)
+                .with_context(|| format!("cannot remove {}", payload.display()))?;
+            return Ok(());
+        }
+    }
+    let _ = std::fs::remove_file(&payload);
+    let _ = std::fs::remove_file(&vmlinux);
+    eprintln!(
+        "xtask vm: note: no uncompressed kernel found in vmlinuz; booting the bzImage (slower under TCG)"
+    );
+    Ok(())
+}
+
+/// Every offset at which `needle` occurs in `haystack`.
+fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
+    haystack
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle)
+        .map(|(at, _)| at)
+        .collect()
 }
 
 fn find_deb(dir: &Path, package: &str) -> Result<PathBuf> {
@@ -346,6 +424,13 @@ linux-image-6.1.0-56-amd64 - Linux 6.1 for 64-bit PCs (signed)
         assert_eq!(version_cmp("6.1.0-010", "6.1.0-10"), Ordering::Equal);
         assert_eq!(version_cmp("6.12.1", "6.12.1a"), Ordering::Less);
         assert_eq!(version_cmp("6.12", "6.1"), Ordering::Greater);
+    }
+
+    #[test]
+    fn find_all_finds_overlapping_and_edge_matches() {
+        assert_eq!(find_all(b"aaXZaXZ", b"XZ"), [2, 5]);
+        assert_eq!(find_all(b"aaa", b"aa"), [0, 1]);
+        assert!(find_all(b"a", b"aa").is_empty());
     }
 
     #[test]

@@ -31,6 +31,7 @@
 //! persistent guest state between runs, kernels other than Debian's generic
 //! amd64 flavour.
 
+mod elf;
 mod initramfs;
 mod job;
 mod kernel;
@@ -45,8 +46,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 
 /// Debian packages the VM needs on the host: QEMU, a static busybox for the
-/// initramfs, kmod (depmod on the host, modprobe in the guest), cpio and xz
-/// (6.12 ships its modules as `.ko.xz`).
+/// initramfs, kmod (depmod on the host, modprobe in the guest), cpio, xz
+/// (6.12's `.ko.xz` modules, 6.1's kernel image) and zstd (6.12's kernel
+/// image).
 #[allow(
     dead_code,
     reason = "read by `cargo xtask setup`, which is written separately"
@@ -120,7 +122,7 @@ pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
     initramfs::write_run_initrd(&tools, &cached.base_initrd, &run_dir.path, &config, &initrd)?;
 
     let machine = qemu::Machine {
-        vmlinuz: &cached.vmlinuz,
+        kernel: &cached.kernel,
         initrd: &initrd,
         root_share: Path::new("/"),
         workspace: &workspace,
@@ -169,6 +171,7 @@ pub(crate) struct Tools {
     pub cpio: PathBuf,
     pub depmod: PathBuf,
     pub xz: PathBuf,
+    pub zstd: PathBuf,
     pub apt_cache: PathBuf,
     pub apt_get: PathBuf,
     pub dpkg: PathBuf,
@@ -183,6 +186,7 @@ impl Tools {
             cpio: find_tool("cpio", "cpio")?,
             depmod: find_tool("depmod", "kmod")?,
             xz: find_tool("xz", "xz-utils")?,
+            zstd: find_tool("zstd", "zstd")?,
             apt_cache: find_tool("apt-cache", "apt")?,
             apt_get: find_tool("apt-get", "apt")?,
             dpkg: find_tool("dpkg", "dpkg")?,

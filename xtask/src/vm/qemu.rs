@@ -34,7 +34,8 @@ const KERNEL_CMDLINE: &str = "console=ttyS0 quiet panic=-1 mitigations=off";
 /// What one VM needs: the kernel, this run's initramfs, the two 9p shares
 /// and where the console goes.
 pub(crate) struct Machine<'a> {
-    pub vmlinuz: &'a Path,
+    /// A bzImage, or an uncompressed ELF kernel with a PVH entry point.
+    pub kernel: &'a Path,
     pub initrd: &'a Path,
     /// Shared read-only with mount tag `hostroot`.
     pub root_share: &'a Path,
@@ -107,7 +108,7 @@ fn args(machine: &Machine) -> Result<Vec<OsString>> {
     // -kernel and -initrd take the path as is, without option parsing.
     args.extend([
         "-kernel".into(),
-        machine.vmlinuz.into(),
+        machine.kernel.into(),
         "-initrd".into(),
         machine.initrd.into(),
     ]);
@@ -269,7 +270,7 @@ mod tests {
     #[test]
     fn args_use_tcg_and_share_both_trees() -> Result<()> {
         let machine = Machine {
-            vmlinuz: Path::new("/c/vmlinuz"),
+            kernel: Path::new("/c/vmlinuz"),
             initrd: Path::new("/r/initrd.cpio"),
             root_share: Path::new("/"),
             workspace: Path::new("/w,x"),
