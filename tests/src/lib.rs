@@ -3,3 +3,4 @@
 
 pub mod netns;
 pub mod packets;
+pub mod tc_util;

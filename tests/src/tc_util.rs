@@ -1,0 +1,168 @@
+//! Helpers for the qdisc save/restore tests: the complete `tc -d` view of an
+//! interface, the running kernel's configuration, and why a machine cannot
+//! run the tests.
+//!
+//! The view is what the restore promise is about: `tc -d qdisc/class/filter
+//! show dev X`, plus the filters and chains of every qdisc and class handle
+//! and of clsact's ingress and egress hooks. Nothing is normalised except
+//! one counter `tc -d` prints without `-s`: htb's `direct_packets_stat`.
+
+use std::{ffi::CString, io::Read, process::Command};
+
+/// Runs a shell command and returns its exit status, stdout and stderr as
+/// one string: a command that fails is part of the view, not a test error.
+pub fn run(cmd: &str) -> String {
+    match Command::new("sh").arg("-c").arg(cmd).output() {
+        Ok(out) => format!(
+            "{}{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            if out.status.success() {
+                String::new()
+            } else {
+                format!("[{}]\n", out.status)
+            }
+        ),
+        Err(e) => format!("[cannot run sh: {e}]\n"),
+    }
+}
+
+/// The full `tc -d` view of `dev` (see the module docs).
+pub fn tc_view(dev: &str) -> String {
+    let qdiscs = run(&format!("tc -d qdisc show dev {dev}"));
+    let classes = run(&format!("tc -d class show dev {dev}"));
+    let mut out = format!("## qdiscs\n{qdiscs}## classes\n{classes}");
+    out += &format!(
+        "## filters\n{}",
+        run(&format!("tc -d filter show dev {dev}"))
+    );
+    let mut parents: Vec<&str> = Vec::new();
+    for line in qdiscs
+        .lines()
+        .filter(|l| l.starts_with("qdisc "))
+        .chain(classes.lines().filter(|l| l.starts_with("class ")))
+    {
+        if let Some(handle) = line.split_whitespace().nth(2)
+            && handle != "0:"
+            && !handle.starts_with(':')
+            && handle != "ffff:"
+            && !parents.contains(&handle)
+        {
+            parents.push(handle);
+        }
+    }
+    for p in parents {
+        out += &format!(
+            "## filters of {p}\n{}",
+            run(&format!("tc -d filter show dev {dev} parent {p}"))
+        );
+        out += &format!(
+            "## chains of {p}\n{}",
+            run(&format!("tc -d chain show dev {dev} parent {p}"))
+        );
+    }
+    for hook in ["ingress", "egress"] {
+        out += &format!(
+            "## {hook} filters\n{}",
+            run(&format!("tc -d filter show dev {dev} {hook}"))
+        );
+    }
+    normalise_counters(&out)
+}
+
+/// Replaces the digits after each `direct_packets_stat ` with `N`.
+fn normalise_counters(view: &str) -> String {
+    const KEY: &str = "direct_packets_stat ";
+    let mut out = String::with_capacity(view.len());
+    let mut rest = view;
+    while let Some(at) = rest.find(KEY) {
+        let (head, tail) = rest.split_at(at + KEY.len());
+        out += head;
+        let digits = tail.len() - tail.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+        out += if digits > 0 { "N" } else { "" };
+        rest = &tail[digits..];
+    }
+    out + rest
+}
+
+/// The ifindex of `dev` in the current network namespace; panics if none.
+pub fn ifindex(dev: &str) -> u32 {
+    let name = CString::new(dev).expect("interface name without NUL");
+    // SAFETY: `name` is a valid NUL-terminated string for the whole call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    assert_ne!(
+        index,
+        0,
+        "no interface {dev}: {}",
+        std::io::Error::last_os_error()
+    );
+    index
+}
+
+/// Turns IPv6 off in the current network namespace, for devices created
+/// afterwards: no router solicitations or MLD reports then cross the qdiscs
+/// under test.
+pub fn no_ipv6() {
+    crate::netns::sh(
+        "sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1",
+    );
+}
+
+/// The value of a kernel config option ("y", "m", ...) from /proc/config.gz,
+/// `None` if it is not set. Panics if the config cannot be read.
+pub fn kernel_config(option: &str) -> Option<String> {
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("zcat /proc/config.gz")
+        .output()
+        .expect("run zcat");
+    assert!(out.status.success(), "cannot read /proc/config.gz");
+    let mut text = String::new();
+    out.stdout
+        .as_slice()
+        .read_to_string(&mut text)
+        .expect("config is text");
+    let prefix = format!("{option}=");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(str::to_owned)
+}
+
+/// Why this machine cannot run the tc tests, if it cannot: they need
+/// CAP_NET_ADMIN and CAP_SYS_ADMIN (for namespaces) and the `tc` tool.
+pub fn skip_reason() -> Option<String> {
+    const CAP_NET_ADMIN: u32 = 12;
+    const CAP_SYS_ADMIN: u32 = 21;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    if cap_eff & (1 << CAP_NET_ADMIN) == 0 || cap_eff & (1 << CAP_SYS_ADMIN) == 0 {
+        return Some("needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root)".into());
+    }
+    if !Command::new("tc")
+        .arg("-V")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return Some("needs the `tc` tool (iproute2)".into());
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_direct_packets_stat_is_normalised() {
+        let v =
+            "qdisc htb 1: root refcnt 2 r2q 10 default 0x30 direct_packets_stat 7 ver 3.17\nx 5";
+        assert_eq!(
+            normalise_counters(v),
+            "qdisc htb 1: root refcnt 2 r2q 10 default 0x30 direct_packets_stat N ver 3.17\nx 5"
+        );
+    }
+}
