@@ -5,9 +5,14 @@
 //! (nothing changed yet) → `attach` (qdisc snapshot, sch_fq, classifier, pins)
 //! → `status` (counters) → `detach`/`cleanup` (restore exactly).
 
+pub mod attach;
 pub mod bpf;
 pub mod checks;
+pub mod cli;
+pub mod commands;
+pub mod config;
 pub mod link;
 pub mod rate;
 pub mod state;
+pub mod status;
 pub mod tc;

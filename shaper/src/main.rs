@@ -1,1 +1,49 @@
-fn main() {}
+//! `shaper`: the command-line entry point. Parses, dispatches, and maps
+//! errors to exit codes: 0 ok, 1 failure, 2 usage (nothing was changed).
+
+use clap::Parser;
+use shaper::{
+    attach::AttachError, checks::CheckError, cli, commands, config::ConfigError, link::LinkError,
+    rate::RateError,
+};
+use tracing_subscriber::EnvFilter;
+
+fn exit_code(err: &anyhow::Error) -> i32 {
+    for cause in err.chain() {
+        if cause.is::<CheckError>()
+            || cause.is::<RateError>()
+            || cause.is::<ConfigError>()
+            || cause.is::<commands::StillRunning>()
+            || matches!(
+                cause.downcast_ref::<LinkError>(),
+                Some(LinkError::NotFound { .. } | LinkError::InvalidName { .. })
+            )
+            || matches!(
+                cause.downcast_ref::<AttachError>(),
+                Some(AttachError::Check(_) | AttachError::Object(_))
+            )
+        {
+            return 2;
+        }
+    }
+    1
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = cli::Cli::parse();
+    let result = match cli.command {
+        cli::Command::Run(args) => commands::run(args),
+        cli::Command::Status { iface } => commands::status(iface),
+        cli::Command::Cleanup { iface, force } => commands::cleanup(iface, force),
+    };
+    if let Err(e) = result {
+        eprintln!("shaper: {e:#}");
+        std::process::exit(exit_code(&e));
+    }
+}

@@ -64,6 +64,8 @@ pub enum StateError {
 /// The paths for one interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Paths {
+    /// Where bpffs is mounted (the pin directory lies below it).
+    pub bpffs: PathBuf,
     /// Directory of pinned BPF objects.
     pub pin_dir: PathBuf,
     /// The state record.
@@ -101,7 +103,11 @@ impl Roots {
         }
         pin_dir.push(iface);
         record.push(format!("{iface}.state"));
-        Paths { pin_dir, record }
+        Paths {
+            bpffs: self.bpffs.clone(),
+            pin_dir,
+            record,
+        }
     }
 
     /// Directory holding the records of the namespace `netns`.
@@ -113,20 +119,24 @@ impl Roots {
     }
 }
 
+/// Inode of the initial network namespace on kernels that give the initial
+/// namespaces fixed inode numbers (`PROC_NET_INIT_INO`, include/linux/proc_ns.h).
+const PROC_NET_INIT_INO: u64 = 0xEFFF_FFF9;
+
 /// The calling thread's network namespace, or `None` when it is the initial
-/// one (the one PID 1 is in).
+/// one: the one PID 1 is in, or, where PID 1 cannot be inspected (a sandbox),
+/// the one with the kernel's fixed initial inode number.
 pub fn current_netns() -> Result<Option<u64>, StateError> {
-    let ino = |p: &str| {
-        fs::metadata(p)
-            .map(|m| m.ino())
-            .map_err(|source| StateError::Io {
-                op: "stat",
-                path: PathBuf::from(p),
-                source,
-            })
-    };
-    let mine = ino("/proc/thread-self/ns/net")?;
-    let init = ino("/proc/1/ns/net")?;
+    let mine = fs::metadata("/proc/thread-self/ns/net")
+        .map(|m| m.ino())
+        .map_err(|source| StateError::Io {
+            op: "stat",
+            path: PathBuf::from("/proc/thread-self/ns/net"),
+            source,
+        })?;
+    let init = fs::metadata("/proc/1/ns/net")
+        .map(|m| m.ino())
+        .unwrap_or(PROC_NET_INIT_INO);
     Ok((mine != init).then_some(mine))
 }
 

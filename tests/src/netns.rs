@@ -18,7 +18,12 @@ impl NetNsGuard {
         // SAFETY: unshare has no memory-safety preconditions; it affects only
         // the calling thread's network namespace.
         let rc = unsafe { libc::unshare(libc::CLONE_NEWNET) };
-        assert_eq!(rc, 0, "unshare(CLONE_NEWNET): {}", std::io::Error::last_os_error());
+        assert_eq!(
+            rc,
+            0,
+            "unshare(CLONE_NEWNET): {}",
+            std::io::Error::last_os_error()
+        );
         sh("ip link set lo up");
         Self { previous }
     }
@@ -42,7 +47,11 @@ impl Drop for NetNsGuard {
 
 /// Runs a shell command, panicking with its output when it fails.
 pub fn sh(cmd: &str) -> String {
-    let out = Command::new("sh").arg("-c").arg(cmd).output().expect("spawn sh");
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg(cmd)
+        .output()
+        .expect("spawn sh");
     assert!(
         out.status.success(),
         "`{cmd}` failed: {}{}",
@@ -54,6 +63,6 @@ pub fn sh(cmd: &str) -> String {
 
 /// Creates a veth pair `a`/`b` in the current namespace, both up.
 pub fn veth_pair(a: &str, b: &str) {
-    sh(&format!("ip link add {a} type veth peer name {b}"));
-    sh(&format!("ip link set {a} up && ip link set {b} up"));
+    sh(&format!("ip link add name {a} type veth peer name {b}"));
+    sh(&format!("ip link set dev {a} up && ip link set dev {b} up"));
 }

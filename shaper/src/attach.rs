@@ -1,0 +1,473 @@
+//! Attaching the shaper to an interface and undoing it exactly.
+//!
+//! Attach, in order; nothing before step 4 changes the system, and every step
+//! from 4 on is recorded before it is taken, so `undo` (on SIGINT/SIGTERM, on
+//! a failed step, or from `shaper cleanup` after SIGKILL) knows what to undo:
+//! 1. snapshot the root qdisc tree (refusing one that cannot be restored);
+//! 2. load the BPF object and have the verifier accept the classifier;
+//! 3. fill its configuration map;
+//! 4. write the state record (see `state`);
+//! 5. install sch_fq as root (mq with fq leaves on multiqueue devices);
+//! 6. attach the egress classifier: a TCX link pinned in bpffs on kernels
+//!    with TCX (>= 6.6), else a cls_bpf filter on clsact (created if absent);
+//! 7. pin the maps so `shaper status` can read them from another process.
+//!
+//! `undo` reverses 7..5 and removes the record, tolerating any part already
+//! gone (a vanished bpffs, a deleted interface, a dead process).
+//!
+//! Non-goals: sharing an interface with another egress shaper; this one owns
+//! the root qdisc while it runs.
+
+use std::{fs, io, path::Path};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, Map},
+    programs::{
+        SchedClassifier, TcAttachType,
+        links::{FdLink, Link as _, PinnedLink},
+        tc::{NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle},
+    },
+    util::KernelVersion,
+};
+use shaper_common::{EGRESS_PROGRAM, config::PacerConfig, maps};
+use tracing::{info, warn};
+
+use crate::{
+    bpf,
+    checks::CheckError,
+    config::RunConfig,
+    link::{Link, link_by_name},
+    state::{AttachMode, Paths, Record, ensure_bpffs, remove_record},
+    tc,
+};
+
+/// File names of the pinned objects inside the pin directory.
+pub mod pins {
+    /// The pacer's configuration map.
+    pub const CONFIG: &str = "config";
+    /// The per-CPU counters map.
+    pub const COUNTERS: &str = "counters";
+    /// The aggregate clock map.
+    pub const AGGREGATE: &str = "aggregate";
+    /// The TCX link.
+    pub const LINK: &str = "link";
+}
+
+/// Failures while attaching or undoing. Each says which step failed.
+#[derive(Debug, thiserror::Error)]
+pub enum AttachError {
+    /// A pre-change check failed (usage error; nothing changed).
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// The embedded object is missing.
+    #[error(transparent)]
+    Object(#[from] bpf::ObjectError),
+    /// Loading the object or the program failed.
+    #[error("loading the BPF program failed: {detail}")]
+    Load {
+        /// What aya said, with the verifier log if any.
+        detail: String,
+    },
+    /// A traffic-control change failed.
+    #[error("{step} on '{iface}' failed")]
+    Tc {
+        /// The step.
+        step: &'static str,
+        /// The interface.
+        iface: String,
+        /// The cause.
+        #[source]
+        source: tc::TcError,
+    },
+    /// Attaching or detaching the classifier failed.
+    #[error("{step} on '{iface}' failed: {detail}")]
+    Classifier {
+        /// The step.
+        step: &'static str,
+        /// The interface.
+        iface: String,
+        /// What aya said.
+        detail: String,
+    },
+    /// State files or pins.
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
+    /// Pinning or reading pinned objects.
+    #[error("{op} {path}: {detail}")]
+    Pin {
+        /// What was being done.
+        op: &'static str,
+        /// The path.
+        path: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+/// A shaped interface, owned by the `shaper run` process.
+pub struct Shaped {
+    /// What was done, as recorded.
+    pub record: Record,
+    /// Where pins and the record are.
+    pub paths: Paths,
+    /// The loaded object; keeps the maps open for telemetry.
+    pub ebpf: Ebpf,
+}
+
+/// True when the kernel has TCX (Linux 6.6, commit e420bed02507).
+pub fn kernel_has_tcx() -> bool {
+    KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
+}
+
+fn tc_err(step: &'static str, iface: &str) -> impl FnOnce(tc::TcError) -> AttachError {
+    let iface = iface.to_owned();
+    move |source| AttachError::Tc {
+        step,
+        iface,
+        source,
+    }
+}
+
+fn pin_err(op: &'static str, path: &Path, detail: impl std::fmt::Display) -> AttachError {
+    AttachError::Pin {
+        op,
+        path: path.display().to_string(),
+        detail: detail.to_string(),
+    }
+}
+
+/// Loads the classifier and fills its configuration. Changes nothing on any
+/// interface.
+pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
+    let object = bpf::object()?;
+    let mut ebpf = EbpfLoader::new()
+        .load(object)
+        .map_err(|e| AttachError::Load {
+            detail: format!("{e:#}"),
+        })?;
+    let program: &mut SchedClassifier = ebpf
+        .program_mut(EGRESS_PROGRAM)
+        .ok_or_else(|| AttachError::Load {
+            detail: format!("the object has no program {EGRESS_PROGRAM}"),
+        })?
+        .try_into()
+        .map_err(|e| AttachError::Load {
+            detail: format!("{EGRESS_PROGRAM} is not a TC classifier: {e}"),
+        })?;
+    program.load().map_err(|e| AttachError::Load {
+        detail: format!("{e:#}"),
+    })?;
+    write_config(&mut ebpf, config)?;
+    Ok(ebpf)
+}
+
+fn write_config(ebpf: &mut Ebpf, config: &PacerConfig) -> Result<(), AttachError> {
+    let map = ebpf
+        .map_mut(maps::CONFIG)
+        .ok_or_else(|| AttachError::Load {
+            detail: format!("the object has no map {}", maps::CONFIG),
+        })?;
+    let mut array: Array<_, PacerConfig> = Array::try_from(map).map_err(|e| AttachError::Load {
+        detail: format!("{}: {e}", maps::CONFIG),
+    })?;
+    array.set(0, config, 0).map_err(|e| AttachError::Load {
+        detail: format!("writing {}: {e}", maps::CONFIG),
+    })
+}
+
+/// Attaches to `link` as `config` says. On failure after the first change,
+/// undoes what was done before returning the error.
+pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, AttachError> {
+    let iface = link.name.as_str();
+    // 1. Snapshot. An unrestorable tree is the user's to fix: a check error.
+    let snapshot = tc::snapshot(link.ifindex).map_err(|e| match e {
+        tc::TcError::Unrestorable { reason, .. } => AttachError::Check(CheckError::Unrestorable {
+            iface: iface.to_owned(),
+            reason,
+        }),
+        other => AttachError::Tc {
+            step: "reading the qdisc tree",
+            iface: iface.to_owned(),
+            source: other,
+        },
+    })?;
+    info!(iface, saved = %snapshot.describe(), "saved the current qdiscs");
+    // 2-3. Load and configure.
+    let mut ebpf = load(&config.pacer_config(link.has_l2_header))?;
+
+    // 4. From here on the system changes: record first.
+    if ensure_bpffs(&paths.bpffs)? {
+        info!(path = %paths.bpffs.display(), "mounted bpffs");
+    }
+    let mut record = Record {
+        iface: iface.to_owned(),
+        ifindex: link.ifindex,
+        pid: std::process::id(),
+        rate_bits_per_s: config.rate.bits_per_s(),
+        attach: None,
+        created_clsact: false,
+        replaced_root: false,
+        snapshot: snapshot.encode(),
+    };
+    record.store(&paths.record)?;
+
+    match attach_steps(&mut ebpf, link, &paths, &mut record) {
+        Ok(()) => Ok(Shaped {
+            record,
+            paths,
+            ebpf,
+        }),
+        Err(e) => {
+            warn!(iface, error = %e, "attach failed; undoing what was done");
+            drop(ebpf);
+            if let Err(undo_err) = undo(&record, &paths) {
+                warn!(iface, error = %undo_err, "undo after a failed attach also failed");
+            }
+            Err(e)
+        }
+    }
+}
+
+fn attach_steps(
+    ebpf: &mut Ebpf,
+    link: &Link,
+    paths: &Paths,
+    record: &mut Record,
+) -> Result<(), AttachError> {
+    let iface = link.name.as_str();
+    // 5. sch_fq as root. Record first: a crash between the two leaves a
+    // record that says "maybe replaced", and restore is idempotent.
+    record.replaced_root = true;
+    record.store(&paths.record)?;
+    tc::install_fq_root(link.ifindex, link.tx_queues, &tc::FqParams::default())
+        .map_err(tc_err("installing sch_fq as root", iface))?;
+
+    // 6. The classifier.
+    fs::create_dir_all(&paths.pin_dir).map_err(|e| pin_err("create", &paths.pin_dir, e))?;
+    clear_pins(&paths.pin_dir);
+    let program: &mut SchedClassifier = ebpf
+        .program_mut(EGRESS_PROGRAM)
+        .ok_or_else(|| AttachError::Load {
+            detail: format!("the object has no program {EGRESS_PROGRAM}"),
+        })?
+        .try_into()
+        .map_err(|e| AttachError::Load {
+            detail: format!("{e}"),
+        })?;
+    let classifier_err = |step: &'static str| {
+        move |e: aya::programs::ProgramError| AttachError::Classifier {
+            step,
+            iface: iface.to_owned(),
+            detail: format!("{e:#}"),
+        }
+    };
+    if kernel_has_tcx() {
+        let id = program
+            .attach_with_options(
+                iface,
+                TcAttachType::Egress,
+                TcAttachOptions::TcxOrder(aya::programs::LinkOrder::default()),
+            )
+            .map_err(classifier_err("attaching the classifier by TCX"))?;
+        let tc_link = program
+            .take_link(id)
+            .map_err(classifier_err("taking the TCX link"))?;
+        let fd_link: FdLink =
+            tc_link
+                .try_into()
+                .map_err(
+                    |e: aya::programs::links::LinkError| AttachError::Classifier {
+                        step: "converting the TCX link",
+                        iface: iface.to_owned(),
+                        detail: e.to_string(),
+                    },
+                )?;
+        record.attach = Some(AttachMode::Tcx);
+        record.store(&paths.record)?;
+        let path = paths.pin_dir.join(pins::LINK);
+        // Dropping the returned PinnedLink closes our fd; the pin keeps the
+        // link (and so the program) attached until `undo` removes it.
+        fd_link
+            .pin(&path)
+            .map_err(|e| pin_err("pin the TCX link at", &path, e))?;
+    } else {
+        if !tc::has_clsact(link.ifindex).map_err(tc_err("looking for clsact", iface))? {
+            record.created_clsact = true;
+            record.store(&paths.record)?;
+            tc::add_clsact(link.ifindex).map_err(tc_err("adding the clsact qdisc", iface))?;
+        }
+        let id = program
+            .attach_with_options(
+                iface,
+                TcAttachType::Egress,
+                TcAttachOptions::Netlink(NlOptions::default()),
+            )
+            .map_err(classifier_err("attaching the classifier to clsact egress"))?;
+        let tc_link = program
+            .take_link(id)
+            .map_err(classifier_err("taking the tc link"))?;
+        let priority = tc_link
+            .priority()
+            .map_err(classifier_err("reading the filter priority"))?;
+        let handle = tc_link
+            .handle()
+            .map_err(classifier_err("reading the filter handle"))?;
+        record.attach = Some(AttachMode::Netlink {
+            priority,
+            handle: u32::from(handle),
+        });
+        record.store(&paths.record)?;
+        // Forget the link object: the filter stays until `undo` deletes it.
+        std::mem::forget(tc_link);
+    }
+
+    // 7. Pin the maps.
+    for (name, file) in [
+        (maps::CONFIG, pins::CONFIG),
+        (maps::COUNTERS, pins::COUNTERS),
+        (maps::AGGREGATE, pins::AGGREGATE),
+    ] {
+        let path = paths.pin_dir.join(file);
+        let map: &Map = ebpf
+            .map(name)
+            .ok_or_else(|| pin_err("find map for", &path, name))?;
+        map.pin(&path).map_err(|e| pin_err("pin", &path, e))?;
+    }
+    info!(iface, mode = ?record.attach, pins = %paths.pin_dir.display(), "attached");
+    Ok(())
+}
+
+/// Removes every pin in `dir` (not the directory); missing is fine.
+fn clear_pins(dir: &Path) {
+    if let Ok(entries) = fs::read_dir(dir) {
+        for e in entries.flatten() {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Undoes what `record` says was done, in reverse order, then removes the
+/// pins and the record. Tolerates parts already gone. Every step is tried; the
+/// first error is returned after all have run.
+pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
+    let iface = record.iface.as_str();
+    let mut first_err: Option<AttachError> = None;
+    let mut keep = |r: Result<(), AttachError>| {
+        if let Err(e) = r {
+            warn!(iface, error = %e, "undo step failed");
+            first_err.get_or_insert(e);
+        }
+    };
+
+    // The same interface still there? A deleted (or deleted and recreated)
+    // interface took its qdiscs and filters with it.
+    let present = match link_by_name(iface) {
+        Ok(l) => l.ifindex == record.ifindex,
+        Err(crate::link::LinkError::NotFound { .. }) => false,
+        Err(e) => {
+            keep(Err(AttachError::Classifier {
+                step: "looking up the interface",
+                iface: iface.to_owned(),
+                detail: e.to_string(),
+            }));
+            false
+        }
+    };
+    if !present {
+        info!(
+            iface,
+            "interface is gone; only removing the shaper's own state"
+        );
+    }
+
+    // Classifier.
+    match record.attach {
+        Some(AttachMode::Tcx) => {
+            let path = paths.pin_dir.join(pins::LINK);
+            match PinnedLink::from_pin(&path) {
+                Ok(pinned) => keep(
+                    pinned
+                        .unpin()
+                        .map(drop)
+                        .map_err(|e| pin_err("unpin the TCX link at", &path, e)),
+                ),
+                Err(e) if is_not_found(&e) => {}
+                Err(e) => keep(Err(pin_err("open the TCX link at", &path, e))),
+            }
+        }
+        Some(AttachMode::Netlink { priority, handle }) if present => {
+            let detached = SchedClassifierLink::attached(
+                iface,
+                TcAttachType::Egress,
+                priority,
+                TcHandle::from(handle),
+                None,
+            )
+            .map_err(|e| e.to_string())
+            .and_then(|l| l.detach().map_err(|e| format!("{e:#}")));
+            if let Err(detail) = detached {
+                // Already gone (e.g. clsact deleted by hand) is fine.
+                if !detail.contains("No such file") && !detail.contains("os error 2") {
+                    keep(Err(AttachError::Classifier {
+                        step: "detaching the classifier",
+                        iface: iface.to_owned(),
+                        detail,
+                    }));
+                }
+            }
+        }
+        _ => {}
+    }
+    if record.created_clsact && present {
+        keep(tc::delete_clsact(record.ifindex).map_err(tc_err("removing the clsact qdisc", iface)));
+    }
+
+    // Root qdisc: only if it is still ours; someone may have replaced it.
+    if record.replaced_root && present {
+        match tc::is_shaper_root(record.ifindex) {
+            Ok(true) => {
+                let restored = tc::Snapshot::decode(&record.snapshot)
+                    .and_then(|s| tc::restore(&s))
+                    .map_err(tc_err("restoring the saved qdiscs", iface));
+                keep(restored);
+            }
+            Ok(false) => warn!(
+                iface,
+                "the root qdisc is no longer the shaper's; leaving it as it is"
+            ),
+            Err(e) => keep(Err(tc_err("reading the root qdisc", iface)(e))),
+        }
+    }
+
+    // Pins and record.
+    clear_pins(&paths.pin_dir);
+    let _ = fs::remove_dir(&paths.pin_dir);
+    keep(remove_record(&paths.record).map_err(AttachError::from));
+    match first_err {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
+fn is_not_found(e: &aya::programs::links::LinkError) -> bool {
+    let text = format!("{e:?}");
+    text.contains("NotFound") || text.contains("os error 2")
+}
+
+/// Opens a pinned map; `None` when the pin is not visible.
+pub fn open_pinned(path: &Path) -> Result<Option<Map>, AttachError> {
+    match aya::maps::MapData::from_pin(path) {
+        Ok(data) => Map::from_map_data(data)
+            .map(Some)
+            .map_err(|e| pin_err("open", path, e)),
+        Err(e) => {
+            let text = format!("{e:?}");
+            if text.contains("NotFound") || !path.exists() {
+                Ok(None)
+            } else {
+                Err(pin_err("open", path, io::Error::other(text)))
+            }
+        }
+    }
+}

@@ -1,0 +1,205 @@
+//! The subcommands: validate, check, act. Errors carry the domain error types
+//! so `main` can tell usage errors (exit 2) from failures (exit 1).
+
+use anyhow::{Context, Result};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{info, warn};
+
+use crate::{
+    attach::{self, AttachError},
+    checks::{self, Capabilities, CheckError, kernel_release},
+    cli::RunArgs,
+    config::RunConfig,
+    link::{Link, link_by_name},
+    state::{self, Paths, Record, Roots},
+    status, tc,
+};
+
+/// Undoes on drop unless disarmed, so even a panic or an early return after
+/// attaching restores the interface.
+struct UndoGuard {
+    armed: Option<(Record, Paths)>,
+}
+
+impl UndoGuard {
+    fn undo_now(&mut self) -> Result<(), AttachError> {
+        match self.armed.take() {
+            Some((record, paths)) => attach::undo(&record, &paths),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for UndoGuard {
+    fn drop(&mut self) {
+        if let Err(e) = self.undo_now() {
+            warn!(error = %e, "restoring the interface failed; run `shaper cleanup`");
+        }
+    }
+}
+
+/// Checks the kernel can do what `run` needs. Changes nothing visible (the
+/// qdisc probes run in a throwaway network namespace).
+pub fn check_kernel() -> Result<(), CheckError> {
+    let release = kernel_release();
+    let probe_failed = |what: &str, e: tc::TcError| CheckError::NoBpf {
+        release: release.clone(),
+        detail: format!("probing {what} failed: {e}"),
+    };
+    if !tc::probe_qdisc_kind("fq").map_err(|e| probe_failed("sch_fq", e))? {
+        return Err(CheckError::NoSchFq { release });
+    }
+    if !attach::kernel_has_tcx() && !tc::probe_clsact().map_err(|e| probe_failed("clsact", e))? {
+        return Err(CheckError::NoClsact { release });
+    }
+    match aya::sys::is_program_supported(aya::programs::ProgramType::SchedClassifier) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(CheckError::NoBpf {
+            release,
+            detail: "the kernel refused a trivial TC program".into(),
+        }),
+        Err(e) => Err(CheckError::NoBpf {
+            release,
+            detail: e.to_string(),
+        }),
+    }
+}
+
+/// Checks that `link` carries no shaper already.
+fn check_not_shaped(link: &Link, paths: &Paths) -> Result<()> {
+    if let Some(rec) = Record::load(&paths.record)? {
+        return Err(CheckError::AlreadyShaped {
+            iface: link.name.clone(),
+            pid: rec.pid,
+            state: if state::pid_alive(rec.pid) {
+                "running"
+            } else {
+                "no longer running"
+            },
+        }
+        .into());
+    }
+    if tc::is_shaper_root(link.ifindex)? {
+        return Err(CheckError::ForeignShaperRoot {
+            iface: link.name.clone(),
+        }
+        .into());
+    }
+    Ok(())
+}
+
+/// `shaper run`.
+pub fn run(args: RunArgs) -> Result<()> {
+    let config = RunConfig::new(args.iface, args.rate, args.horizon)?;
+    Capabilities::current()?.check()?;
+    let link = link_by_name(&config.iface)?;
+    checks::check_link(&link)?;
+    let netns = state::current_netns()?;
+    let paths = Roots::default().paths(&link.name, netns);
+    check_not_shaped(&link, &paths)?;
+    check_kernel()?;
+    if link.oper_state == "down" || link.oper_state == "lowerlayerdown" {
+        warn!(iface = %link.name, state = %link.oper_state, "the interface has no carrier; shaping anyway");
+    }
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    runtime.block_on(async {
+        // Handlers first: a signal during attach is held until we can undo.
+        let mut sigterm = signal(SignalKind::terminate()).context("installing SIGTERM handler")?;
+        let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
+        let mut sighup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
+
+        let shaped = attach::attach(&config, &link, paths)?;
+        let mut guard = UndoGuard {
+            armed: Some((shaped.record.clone(), shaped.paths.clone())),
+        };
+        println!(
+            "shaper: shaping {} egress at {} (pid {}); Ctrl-C or SIGTERM stops and restores it",
+            link.name,
+            config.rate,
+            std::process::id()
+        );
+        let which = tokio::select! {
+            _ = sigterm.recv() => "SIGTERM",
+            _ = sigint.recv() => "SIGINT",
+            _ = sighup.recv() => "SIGHUP",
+        };
+        info!(signal = which, "stopping");
+        drop(shaped.ebpf);
+        guard.undo_now()?;
+        println!("shaper: {} restored", link.name);
+        Ok(())
+    })
+}
+
+/// `shaper status`.
+pub fn status(iface: Option<String>) -> Result<()> {
+    let netns = state::current_netns()?;
+    let list = status::collect(&Roots::default(), netns, iface.as_deref())?;
+    if list.is_empty() {
+        match iface {
+            Some(i) => println!("{i}: not shaped by shaper"),
+            None => println!("no interface is shaped by shaper in this network namespace"),
+        }
+        return Ok(());
+    }
+    print!("{}", status::render(&list));
+    Ok(())
+}
+
+/// Why cleanup refused to touch an interface.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "'{iface}' is still shaped by a running shaper (pid {pid}): stop it with `kill {pid}`, which \
+     restores the interface itself, or pass --force"
+)]
+pub struct StillRunning {
+    iface: String,
+    pid: u32,
+}
+
+/// `shaper cleanup`.
+pub fn cleanup(iface: Option<String>, force: bool) -> Result<()> {
+    Capabilities::current()?.check()?;
+    let netns = state::current_netns()?;
+    let roots = Roots::default();
+    let names = match &iface {
+        Some(i) => vec![i.clone()],
+        None => state::recorded_ifaces(&roots, netns)?,
+    };
+    let mut cleaned = 0;
+    for name in names {
+        let paths = roots.paths(&name, netns);
+        let Some(record) = Record::load(&paths.record)? else {
+            println!("{name}: nothing to clean up (no state record)");
+            continue;
+        };
+        let me = std::process::id();
+        if !force
+            && record.pid != me
+            && state::pid_alive(record.pid)
+            && is_shaper_process(record.pid)
+        {
+            return Err(StillRunning {
+                iface: name,
+                pid: record.pid,
+            }
+            .into());
+        }
+        attach::undo(&record, &paths).with_context(|| format!("cleaning up {name}"))?;
+        println!("{name}: restored");
+        cleaned += 1;
+    }
+    if iface.is_none() && cleaned == 0 {
+        println!("nothing to clean up in this network namespace");
+    }
+    Ok(())
+}
+
+/// True when `pid` runs a program named shaper (guards against a reused pid).
+fn is_shaper_process(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "shaper")
+}

@@ -1,0 +1,159 @@
+//! `shaper status`: what is attached where, at what rate, with the counters.
+//! Reads the state records and the pinned maps; needs no cooperation from the
+//! `shaper run` process, which may be gone.
+
+use std::fmt::Write as _;
+
+use aya::maps::{Array, PerCpuArray};
+use shaper_common::{config::PacerConfig, counters::Counter};
+
+use crate::{
+    attach::{AttachError, open_pinned, pins},
+    link::link_by_name,
+    rate::Rate,
+    state::{AttachMode, Record, Roots, recorded_ifaces},
+    tc,
+};
+
+/// The state of one shaped interface.
+#[derive(Debug)]
+pub struct IfaceStatus {
+    /// The record `shaper run` wrote.
+    pub record: Record,
+    /// The `shaper run` process still exists.
+    pub pid_alive: bool,
+    /// The interface still exists with the recorded index.
+    pub present: bool,
+    /// The root qdisc now, e.g. `fq 5348:`.
+    pub root_qdisc: Option<String>,
+    /// The pacer's configuration, if the pins are visible here.
+    pub config: Option<PacerConfig>,
+    /// Counters summed over CPUs, if the pins are visible here.
+    pub counters: Option<Vec<(Counter, u64)>>,
+}
+
+/// Collects the status of `iface`, or of every recorded interface in this
+/// network namespace.
+pub fn collect(
+    roots: &Roots,
+    netns: Option<u64>,
+    iface: Option<&str>,
+) -> Result<Vec<IfaceStatus>, AttachError> {
+    let names = match iface {
+        Some(i) => vec![i.to_owned()],
+        None => recorded_ifaces(roots, netns)?,
+    };
+    let mut out = Vec::new();
+    for name in names {
+        let paths = roots.paths(&name, netns);
+        let Some(record) = Record::load(&paths.record)? else {
+            continue;
+        };
+        let present = link_by_name(&name).is_ok_and(|l| l.ifindex == record.ifindex);
+        let root_qdisc = if present {
+            tc::root_qdisc(record.ifindex)
+                .ok()
+                .flatten()
+                .map(|q| q.to_string())
+        } else {
+            None
+        };
+        let config = open_pinned(&paths.pin_dir.join(pins::CONFIG))?
+            .and_then(|m| Array::<_, PacerConfig>::try_from(m).ok())
+            .and_then(|a| a.get(&0, 0).ok());
+        let counters = open_pinned(&paths.pin_dir.join(pins::COUNTERS))?
+            .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+            .map(|a| {
+                Counter::ALL
+                    .iter()
+                    .map(|&c| {
+                        let sum = a
+                            .get(&(c as u32), 0)
+                            .map(|v| v.iter().copied().fold(0u64, u64::wrapping_add))
+                            .unwrap_or(0);
+                        (c, sum)
+                    })
+                    .collect()
+            });
+        out.push(IfaceStatus {
+            pid_alive: crate::state::pid_alive(record.pid),
+            present,
+            root_qdisc,
+            config,
+            counters,
+            record,
+        });
+    }
+    Ok(out)
+}
+
+/// Human-readable report.
+pub fn render(statuses: &[IfaceStatus]) -> String {
+    let mut s = String::new();
+    for st in statuses {
+        let r = &st.record;
+        let rate = Rate::from_bits_per_s(r.rate_bits_per_s)
+            .map(|r| r.to_string())
+            .unwrap_or_else(|| format!("{}bit", r.rate_bits_per_s));
+        let mode = match r.attach {
+            Some(AttachMode::Tcx) => "tcx".to_owned(),
+            Some(AttachMode::Netlink { priority, handle }) => {
+                format!("tc clsact egress pref {priority} handle {handle:#x}")
+            }
+            None => "not attached".to_owned(),
+        };
+        let _ = writeln!(
+            s,
+            "{} (ifindex {}): egress shaped at {rate}",
+            r.iface, r.ifindex
+        );
+        let _ = writeln!(
+            s,
+            "  process:    pid {} ({})",
+            r.pid,
+            if st.pid_alive {
+                "running"
+            } else {
+                "gone: run `shaper cleanup` to restore the interface"
+            }
+        );
+        let _ = writeln!(s, "  classifier: {mode}");
+        let _ = writeln!(
+            s,
+            "  root qdisc: {}",
+            match (&st.root_qdisc, st.present) {
+                (_, false) => "interface is gone".to_owned(),
+                (Some(q), true) => q.clone(),
+                (None, true) => "unknown".to_owned(),
+            }
+        );
+        if let Some(c) = &st.config {
+            let _ = writeln!(
+                s,
+                "  pacer:      {} bytes/s, horizon {} ms, {}",
+                c.rate_bytes_per_s,
+                c.horizon_ns / 1_000_000,
+                if c.enabled() {
+                    "pacing"
+                } else {
+                    "counting only"
+                }
+            );
+        }
+        match &st.counters {
+            Some(counters) => {
+                let _ = writeln!(s, "  counters:");
+                for (c, v) in counters {
+                    let _ = writeln!(s, "    {:<16} {v}", c.name());
+                }
+            }
+            None => {
+                let _ = writeln!(
+                    s,
+                    "  counters:   not visible (the pins are in another mount namespace or gone)"
+                );
+            }
+        }
+    }
+    s
+}
