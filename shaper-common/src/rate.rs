@@ -47,7 +47,10 @@ impl ScaledRate {
             if scaled < (1u128 << 32) {
                 // Cannot truncate: just checked it is below 2^32.
                 let ns_per_byte_scaled = scaled as u64;
-                return Some(Self { ns_per_byte_scaled, shift });
+                return Some(Self {
+                    ns_per_byte_scaled,
+                    shift,
+                });
             }
             shift -= 1;
         }
@@ -105,7 +108,10 @@ mod tests {
             let exact = u128::from(len) * u128::from(NSEC_PER_SEC) / u128::from(rate);
             let got = u128::from(r.tx_time_ns(len));
             let err = exact.abs_diff(got);
-            assert!(err * 1_000_000 <= exact + 1_000_000, "rate {rate}: {got} vs {exact}");
+            assert!(
+                err * 1_000_000 <= exact + 1_000_000,
+                "rate {rate}: {got} vs {exact}"
+            );
             rate = rate * 3 + 7;
         }
     }

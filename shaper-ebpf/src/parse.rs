@@ -157,5 +157,7 @@ fn load_u8(ctx: &TcContext, off: usize) -> Result<u8, Truncated> {
 
 #[inline(always)]
 fn load_be16(ctx: &TcContext, off: usize) -> Result<u16, Truncated> {
-    ctx.load::<u16>(off).map(u16::from_be).map_err(|_| Truncated)
+    ctx.load::<u16>(off)
+        .map(u16::from_be)
+        .map_err(|_| Truncated)
 }
