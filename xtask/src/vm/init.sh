@@ -5,8 +5,9 @@
 # MODULES_ROOT. This script mounts the host root read-only at /newroot (9p
 # tag hostroot), the guest's own pseudo file systems and tmpfs inside it, then
 # the workspace read-write at its host path (9p tag workspace). It runs
-# $RUN_DIR/job.sh chrooted into /newroot with stdout on ttyS1 and stderr on
-# ttyS2, writes the job's exit status to $RUN_DIR/exit-code and powers off.
+# $RUN_DIR/job.sh chrooted into /newroot with a clean environment, stdout and
+# stderr on the virtio-serial ports named shaper.stdout and shaper.stderr,
+# writes the job's exit status to $RUN_DIR/exit-code and powers off.
 # A setup failure is reported on the console (ttyS0) and powers off without
 # an exit-code file; xtask then shows the end of the console.
 #
@@ -72,18 +73,36 @@ mount -t 9p -o "$opts,cache=mmap" workspace "$r$WORKSPACE" || die "cannot mount 
 ip link set lo up || die "cannot bring up lo"
 echo /vm-modprobe >/proc/sys/kernel/modprobe || die "cannot install the modprobe helper"
 
-# Raw mode: no \n -> \r\n translation or echo on the job's output ports.
-exec 3>/dev/ttyS1 4>/dev/ttyS2 || die "the serial ports ttyS1 and ttyS2 are missing"
-stty -F /dev/ttyS1 raw -echo && stty -F /dev/ttyS2 raw -echo || die "cannot set the serial ports to raw mode"
+# The ports' device names (/dev/vportNpM) depend on probe order; their
+# names are in sysfs.
+port() {
+    for p in /sys/class/virtio-ports/*; do
+        [ "$(cat "$p/name" 2>/dev/null)" = "$1" ] && echo "/dev/${p##*/}" && return 0
+    done
+    return 1
+}
+out=$(port shaper.stdout) && err=$(port shaper.stderr) || die "the virtio-serial ports for the job's output are missing"
 
-env -i chroot "$r" /bin/sh "$RUN_DIR/job.sh" </dev/null >&3 2>&4
+# A virtio port can be open in only one process at a time, and jobs reopen
+# /dev/stdout (tee /dev/stderr). So the job writes into FIFOs and two cats
+# copy them to the ports; to the job its output looks like a pipe, as in CI.
+mkfifo /job-out /job-err || die "cannot create the output FIFOs"
+cat /job-out >"$out" &
+cat_out=$!
+cat /job-err >"$err" &
+cat_err=$!
+
+env -i chroot "$r" /bin/sh "$RUN_DIR/job.sh" </dev/null >/job-out 2>/job-err
 code=$?
 
-# Let the UARTs drain before powering off: stty applies its settings with
-# TCSADRAIN, and the last close waits for the output to be sent.
-stty -F /dev/ttyS1 raw -echo
-stty -F /dev/ttyS2 raw -echo
-exec 3>&- 4>&-
+# Background processes the job left behind (daemons, sleeps) would keep the
+# FIFOs open and the cats waiting: stop everything but PID 1 and the cats.
+for proc in /proc/[0-9]*; do
+    pid=${proc#/proc/}
+    case $pid in 1 | "$cat_out" | "$cat_err") ;; *) kill -KILL "$pid" 2>/dev/null ;; esac
+done
+wait "$cat_out" "$cat_err"
+
 echo "$code" >"$r$RUN_DIR/exit-code" || die "cannot write the exit code to $RUN_DIR"
 sync
 poweroff -f

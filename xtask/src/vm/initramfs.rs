@@ -2,8 +2,9 @@
 //!
 //! The cached base archive holds a static busybox (`/bin/busybox`, `/bin/sh`)
 //! and, in `/modules/`, the guest kernel's modules needed to mount the 9p
-//! shares (9p, 9pnet_virtio and whatever they depend on, including
-//! virtio_pci where the kernel builds it as a module, as 6.1 does),
+//! shares and to open the job's output ports (9p, 9pnet_virtio,
+//! virtio_console and whatever they depend on, including virtio_pci where
+//! the kernel builds it as a module, as 6.1 does),
 //! decompressed, with `/modules/order` listing them in load order.
 //!
 //! Per run, a second small archive with `/init`, `/config` and
@@ -29,9 +30,10 @@ const INIT_SH: &str = include_str!("init.sh");
 /// The kernel's module-loading helper in the guest (see init.sh).
 const MODPROBE_SH: &str = include_str!("modprobe.sh");
 
-/// Modules that must be loaded before the 9p shares can be mounted; their
-/// dependencies are added from modules.dep.
-const BOOT_MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p"];
+/// Modules init needs: the 9p shares and the virtio-serial ports for the
+/// job's output. Their dependencies are added from modules.dep; those built
+/// into the kernel are skipped.
+const BOOT_MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p", "virtio_console"];
 
 /// Writes the cached base archive for the kernel whose unpacked, indexed
 /// module directory (`lib/modules/<release>`) is `modules`, staging its files
@@ -296,6 +298,7 @@ kernel/drivers/virtio/virtio_pci_legacy_dev.ko:
 kernel/drivers/virtio/virtio_pci_modern_dev.ko:
 kernel/net/9p/9pnet.ko:
 kernel/net/9p/9pnet_virtio.ko: kernel/net/9p/9pnet.ko kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
+kernel/drivers/char/virtio_console.ko: kernel/drivers/virtio/virtio.ko kernel/drivers/virtio/virtio_ring.ko
 ";
 
     fn position(order: &[String], name: &str) -> usize {
@@ -308,7 +311,7 @@ kernel/net/9p/9pnet_virtio.ko: kernel/net/9p/9pnet.ko kernel/drivers/virtio/virt
     #[test]
     fn load_order_puts_dependencies_first() -> Result<()> {
         let order = load_order(DEP_6_1, "", BOOT_MODULES)?;
-        assert_eq!(order.len(), 10);
+        assert_eq!(order.len(), 11);
         for (before, after) in [
             ("virtio_ring", "virtio"),
             ("virtio", "virtio_pci"),
@@ -317,6 +320,7 @@ kernel/net/9p/9pnet_virtio.ko: kernel/net/9p/9pnet.ko kernel/drivers/virtio/virt
             ("netfs", "fscache"),
             ("fscache", "9p"),
             ("9pnet", "9p"),
+            ("virtio", "virtio_console"),
         ] {
             assert!(
                 position(&order, before) < position(&order, after),
@@ -332,7 +336,8 @@ kernel/net/9p/9pnet_virtio.ko: kernel/net/9p/9pnet.ko kernel/drivers/virtio/virt
                    kernel/net/9p/9pnet.ko.xz: kernel/fs/netfs/netfs.ko.xz\n\
                    kernel/net/9p/9pnet_virtio.ko.xz: kernel/net/9p/9pnet.ko.xz kernel/fs/netfs/netfs.ko.xz\n\
                    kernel/fs/9p/9p.ko.xz: kernel/net/9p/9pnet.ko.xz kernel/fs/netfs/netfs.ko.xz\n";
-        let builtin = "kernel/drivers/virtio/virtio.ko\nkernel/drivers/virtio/virtio_pci.ko\n";
+        let builtin = "kernel/drivers/virtio/virtio.ko\nkernel/drivers/virtio/virtio_pci.ko\n\
+                       kernel/drivers/char/virtio_console.ko\n";
         let order = load_order(dep, builtin, BOOT_MODULES)?;
         assert_eq!(
             order,

@@ -34,7 +34,7 @@ use super::{Kernel, Tools, elf, initramfs};
 
 /// Bumped whenever the cache's contents change shape, so that old caches are
 /// rebuilt rather than misread.
-const CACHE_LAYOUT: &str = "shaper-vm-cache 2\n";
+const CACHE_LAYOUT: &str = "shaper-vm-cache 3\n";
 
 /// A prepared kernel, ready to boot.
 pub(crate) struct Cached {

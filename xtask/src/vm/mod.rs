@@ -20,9 +20,9 @@
 //! - A cache directory either is complete or does not exist: it is prepared
 //!   under a temporary name and renamed into place. A warm run makes no apt
 //!   calls.
-//! - The job's stdout and stderr travel on their own serial ports (ttyS1 and
-//!   ttyS2); the kernel console (ttyS0) goes to a log file that is shown only
-//!   when the guest dies without reporting an exit code. The exit code comes
+//! - The job's stdout and stderr travel on their own virtio-serial ports;
+//!   the kernel console (ttyS0) goes to a log file that is shown only when
+//!   the guest dies without reporting an exit code. The exit code comes
 //!   back through a file in the run directory, never through QEMU's status.
 //! - The guest has no network device: its traffic stays in its own loopback
 //!   and namespaces.
