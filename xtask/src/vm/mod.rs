@@ -99,6 +99,7 @@ pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
     let workspace = canonical_workspace(workspace)?;
     let tools = Tools::find()?;
     let timeout = timeout_from_env()?;
+    remove_stale_run_dirs(&kernel::vm_dir(&workspace));
     let cached = kernel::prepare(&workspace, kernel, &tools)?;
 
     let run_dir = RunDir::create(&workspace)?;
@@ -142,6 +143,7 @@ pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
 pub fn prepare(workspace: &Path, kernel: Kernel) -> Result<()> {
     let workspace = canonical_workspace(workspace)?;
     let tools = Tools::find()?;
+    remove_stale_run_dirs(&kernel::vm_dir(&workspace));
     kernel::prepare(&workspace, kernel, &tools).map(|_| ())
 }
 
@@ -230,7 +232,6 @@ impl RunDir {
     fn create(workspace: &Path) -> Result<RunDir> {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let base = kernel::vm_dir(workspace);
-        remove_stale_run_dirs(&base);
         let pid = std::process::id();
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let path = base.join(format!("run-{pid}-{n}"));
