@@ -26,6 +26,7 @@
 mod actions;
 mod chains;
 mod check;
+mod class_hash;
 mod clsact;
 mod dump;
 mod filters;
@@ -34,6 +35,7 @@ mod fq;
 mod install;
 pub mod message;
 mod netlink;
+mod order;
 mod probe;
 mod restore;
 mod snapshot;

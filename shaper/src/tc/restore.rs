@@ -6,10 +6,10 @@
 //!    root again (`qdisc_graft` → `dev_activate` → `attach_default_qdiscs`,
 //!    net/sched/sch_generic.c) if the device is up;
 //! 2. create the recorded root, unless it was a default (then step 1 made it);
-//! 3. classes and child qdiscs, parents first: a class once its qdisc and
-//!    parent class exist, a qdisc once its parent class exists. Classes the
-//!    kernel creates by itself with their qdisc (mq's per-queue classes,
-//!    tbf's `1:1`) answer `EEXIST` and count as there;
+//! 3. classes and child qdiscs, parents first, in an order inferred so that
+//!    the kernel lists them as recorded (`order`). Classes the kernel
+//!    creates by itself with their qdisc (mq's per-queue classes, tbf's
+//!    `1:1`, hfsc's root class) answer `EEXIST` and count as there;
 //! 4. filters, and chains that need a request of their own, in the order
 //!    `filters::plan` gives, once the actions of the deleted filters are
 //!    released (`actions`).
@@ -34,7 +34,7 @@ use super::message::{
     TC_H_ROOT, TcMessage, TcMsg,
 };
 use super::netlink::{NLM_F_CREATE, NLM_F_EXCL, Netlink};
-use super::{Snapshot, TcError, TcObject, actions, dump, dump_qdiscs, filters, iface, open};
+use super::{Snapshot, TcError, TcObject, actions, dump, dump_qdiscs, filters, iface, open, order};
 
 /// Puts `snapshot`'s tree back on its interface, replacing whatever root
 /// tree is there now (the ingress/clsact qdisc is not touched), then checks
@@ -114,72 +114,66 @@ pub fn restore(snapshot: &Snapshot) -> Result<(), TcError> {
     }
 }
 
-/// Step 3: classes and child qdiscs in dependency order.
+/// Step 3: classes and child qdiscs, parents first, in the order `order`
+/// infers from the dump.
 fn build_tree(nl: &mut Netlink, s: &Snapshot, name: &str) -> Result<(), TcError> {
-    // Qdiscs that exist now: the root. Default children (handle 0) come
-    // with their parent and are never created by us.
-    let mut qdiscs: BTreeSet<u32> = s.root().map(|r| r.handle).into_iter().collect();
     // Classes with major 0 belong to a default root (mq 0:) and come with it.
-    let (implicit, explicit): (Vec<&TcObject>, Vec<&TcObject>) =
-        s.classes.iter().partition(|c| c.handle >> 16 == 0);
-    let mut classes: BTreeSet<u32> = implicit.iter().map(|c| c.handle).collect();
-    let mut pending_q: Vec<&TcObject> = s
+    let mut there: BTreeSet<u32> = s
+        .classes
+        .iter()
+        .filter(|c| c.handle >> 16 == 0)
+        .map(|c| c.handle)
+        .collect();
+    if let Some(root) = s.root().filter(|r| r.handle != 0) {
+        create_classes(nl, s, root, &mut there)?;
+    }
+    // Default children (handle 0) come with their parent; never created.
+    let mut pending: Vec<&TcObject> = s
         .qdiscs
         .iter()
         .filter(|q| q.parent != TC_H_ROOT && q.handle != 0)
         .collect();
-    let mut pending_c = explicit;
-    while !pending_q.is_empty() || !pending_c.is_empty() {
-        let before = pending_q.len() + pending_c.len();
-        let mut i = 0;
-        while i < pending_c.len() {
-            let c = pending_c[i];
-            let parent_there =
-                c.parent == TC_H_ROOT || qdiscs.contains(&c.parent) || classes.contains(&c.parent);
-            if !(qdiscs.contains(&(c.handle & 0xffff_0000)) && parent_there) {
-                i += 1;
-                continue;
-            }
-            let what = format!("class {} {}", c.kind(), Handle(c.handle));
-            match create(nl, RTM_NEWTCLASS, s.ifindex, c, &c.attrs, &what) {
-                Ok(()) => {}
-                // Created by its qdisc already (mq, tbf, ...).
-                Err(e) if e.errno() == Some(libc::EEXIST) => {}
-                Err(e) => return Err(e),
-            }
-            classes.insert(c.handle);
-            pending_c.swap_remove(i);
-        }
-        let mut i = 0;
-        while i < pending_q.len() {
-            let q = pending_q[i];
-            if !classes.contains(&q.parent) {
-                i += 1;
-                continue;
-            }
-            create(
-                nl,
-                RTM_NEWQDISC,
-                s.ifindex,
-                q,
-                &qdisc_attrs(q),
-                &format!("qdisc {} {}", q.kind(), Handle(q.handle)),
-            )?;
-            qdiscs.insert(q.handle);
-            pending_q.swap_remove(i);
-        }
-        if pending_q.len() + pending_c.len() == before {
-            let stuck = pending_q
+    while !pending.is_empty() {
+        let Some(i) = order::next_qdisc(&pending, |parent| there.contains(&parent)) else {
+            let stuck: Vec<String> = pending
                 .iter()
-                .chain(&pending_c)
                 .map(|o| Handle(o.handle).to_string())
-                .collect::<Vec<_>>();
+                .collect();
             return Err(TcError::Unrestorable {
-                what: format!("{} on {name}", stuck.join(", ")),
-                reason: "their parents are not in the snapshot".into(),
+                what: format!("qdiscs {} on {name}", stuck.join(", ")),
+                reason: "their parent classes are not in the snapshot".into(),
             });
+        };
+        let q = pending.remove(i);
+        let what = format!("qdisc {} {}", q.kind(), Handle(q.handle));
+        create(nl, RTM_NEWQDISC, s.ifindex, q, &qdisc_attrs(q), &what)?;
+        create_classes(nl, s, q, &mut there)?;
+    }
+    Ok(())
+}
+
+/// Creates the recorded classes of qdisc `q` and adds them to `there`.
+fn create_classes(
+    nl: &mut Netlink,
+    s: &Snapshot,
+    q: &TcObject,
+    there: &mut BTreeSet<u32>,
+) -> Result<(), TcError> {
+    let mine: Vec<&TcObject> = s
+        .classes
+        .iter()
+        .filter(|c| c.handle & 0xffff_0000 == q.handle)
+        .collect();
+    for c in order::classes(q, &mine) {
+        let what = format!("class {} {}", c.kind(), Handle(c.handle));
+        match create(nl, RTM_NEWTCLASS, s.ifindex, c, &c.attrs, &what) {
+            Ok(()) => {}
+            // Created by its qdisc already (mq, tbf, ...).
+            Err(e) if e.errno() == Some(libc::EEXIST) => {}
+            Err(e) => return Err(e),
         }
     }
+    there.extend(mine.iter().map(|c| c.handle));
     Ok(())
 }
 
