@@ -2,12 +2,19 @@
 //! interface, the running kernel's configuration, and why a machine cannot
 //! run the tests.
 //!
+//! Also the round trip every restore test runs (snapshot through the file
+//! format, install, restore twice, compare views) and its building blocks.
+//!
 //! The view is what the restore promise is about: `tc -d qdisc/class/filter
 //! show dev X`, plus the filters and chains of every qdisc and class handle
 //! and of clsact's ingress and egress hooks. Nothing is normalised except
 //! one counter `tc -d` prints without `-s`: htb's `direct_packets_stat`.
 
 use std::{ffi::CString, io::Read, process::Command};
+
+use shaper::tc::{self, Attr, Snapshot, TcError};
+
+use crate::netns::NetNsGuard;
 
 /// Runs a shell command and returns its exit status, stdout and stderr as
 /// one string: a command that fails is part of the view, not a test error.
@@ -150,6 +157,79 @@ pub fn skip_reason() -> Option<String> {
         return Some("needs the `tc` tool (iproute2)".into());
     }
     None
+}
+
+// ---------------------------------------------------------------------------
+// Round trips through shaper::tc
+// ---------------------------------------------------------------------------
+
+/// `TCA_HTB_INIT` and `struct tc_htb_glob` (include/uapi/linux/pkt_sched.h).
+const TCA_HTB_INIT: u16 = 2;
+const HTB_VERSION: u32 = 3;
+
+/// Options for an htb root: default class 0, r2q 10.
+pub fn htb_options() -> Vec<u8> {
+    let glob: Vec<u8> = [HTB_VERSION, 10, 0, 0, 0]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect();
+    tc::encode_attrs(&[Attr::bytes(TCA_HTB_INIT, &glob)])
+}
+
+/// Enters a fresh namespace with IPv6 off, or says why the test is skipped.
+pub fn setup() -> Option<NetNsGuard> {
+    if let Some(reason) = skip_reason() {
+        println!("skipped: {reason}");
+        return None;
+    }
+    let guard = NetNsGuard::new();
+    no_ipv6();
+    Some(guard)
+}
+
+/// Asserts two views are equal, printing both in full when they are not.
+pub fn assert_same_view(before: &str, after: &str, when: &str) {
+    assert!(
+        before == after,
+        "{when}: the tc view changed\n--- before ---\n{before}\n--- after ---\n{after}"
+    );
+}
+
+/// Snapshot (through the file format), install with `install`, check the
+/// tree really changed, restore, compare; restore again, compare again.
+pub fn round_trip(dev: &str, install: impl FnOnce(u32)) -> Snapshot {
+    let before = tc_view(dev);
+    let index = ifindex(dev);
+    let taken = tc::snapshot(index).expect("snapshot");
+    let snap = Snapshot::decode(&taken.encode()).expect("decode our own encoding");
+    assert_eq!(snap, taken, "encode/decode changed the snapshot");
+    install(index);
+    assert!(
+        tc::is_shaper_root(index).expect("read root"),
+        "the shaper's root is not installed"
+    );
+    assert_ne!(tc_view(dev), before, "installing changed nothing visible");
+    tc::restore(&snap).expect("restore");
+    assert_same_view(&before, &tc_view(dev), "after restore");
+    tc::restore(&snap).expect("second restore");
+    assert_same_view(&before, &tc_view(dev), "after a second restore");
+    snap
+}
+
+/// Installs an htb root as the shaper's root of `index`.
+pub fn install_htb(index: u32) {
+    tc::install_root(index, 1, "htb", Some(&htb_options())).expect("install htb root");
+}
+
+/// Expects `snapshot` to refuse `dev` with a reason containing `needle`,
+/// and the tree to be untouched.
+pub fn expect_refusal(dev: &str, needle: &str) {
+    let before = tc_view(dev);
+    match tc::snapshot(ifindex(dev)) {
+        Err(e @ TcError::Unrestorable { .. }) => assert!(e.to_string().contains(needle), "{e}"),
+        other => panic!("expected a refusal mentioning {needle:?}, got {other:?}"),
+    }
+    assert_same_view(&before, &tc_view(dev), "after a refused snapshot");
 }
 
 #[cfg(test)]

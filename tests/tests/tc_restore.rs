@@ -13,68 +13,14 @@
 //!
 //! Run: `cargo test -p shaper-tests --test tc_restore -- --test-threads=1`
 
-use shaper::tc::{self, Attr, Snapshot, TC_H_INGRESS, TCA_KIND, TcError};
+use shaper::tc::{self, Attr, TC_H_INGRESS, TCA_KIND, TcError};
 use shaper_tests::{
-    netns::{NetNsGuard, sh, veth_pair},
-    tc_util::{ifindex, kernel_config, no_ipv6, run, skip_reason, tc_view},
+    netns::{sh, veth_pair},
+    tc_util::{
+        assert_same_view, expect_refusal, ifindex, install_htb, kernel_config, round_trip, run,
+        setup, skip_reason, tc_view,
+    },
 };
-
-/// `TCA_HTB_INIT` and `struct tc_htb_glob` (include/uapi/linux/pkt_sched.h).
-const TCA_HTB_INIT: u16 = 2;
-const HTB_VERSION: u32 = 3;
-
-/// Options for an htb root: default class 0, r2q 10.
-fn htb_options() -> Vec<u8> {
-    let glob: Vec<u8> = [HTB_VERSION, 10, 0, 0, 0]
-        .iter()
-        .flat_map(|v| v.to_ne_bytes())
-        .collect();
-    tc::encode_attrs(&[Attr::bytes(TCA_HTB_INIT, &glob)])
-}
-
-/// Enters a fresh namespace with IPv6 off, or says why the test is skipped.
-fn setup() -> Option<NetNsGuard> {
-    if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
-        return None;
-    }
-    let guard = NetNsGuard::new();
-    no_ipv6();
-    Some(guard)
-}
-
-/// Asserts two views are equal, printing both in full when they are not.
-fn assert_same_view(before: &str, after: &str, when: &str) {
-    assert!(
-        before == after,
-        "{when}: the tc view changed\n--- before ---\n{before}\n--- after ---\n{after}"
-    );
-}
-
-/// Snapshot (through the file format), install with `install`, check the
-/// tree really changed, restore, compare; restore again, compare again.
-fn round_trip(dev: &str, install: impl FnOnce(u32)) -> Snapshot {
-    let before = tc_view(dev);
-    let index = ifindex(dev);
-    let taken = tc::snapshot(index).expect("snapshot");
-    let snap = Snapshot::decode(&taken.encode()).expect("decode our own encoding");
-    assert_eq!(snap, taken, "encode/decode changed the snapshot");
-    install(index);
-    assert!(
-        tc::is_shaper_root(index).expect("read root"),
-        "the shaper's root is not installed"
-    );
-    assert_ne!(tc_view(dev), before, "installing changed nothing visible");
-    tc::restore(&snap).expect("restore");
-    assert_same_view(&before, &tc_view(dev), "after restore");
-    tc::restore(&snap).expect("second restore");
-    assert_same_view(&before, &tc_view(dev), "after a second restore");
-    snap
-}
-
-fn install_htb(index: u32) {
-    tc::install_root(index, 1, "htb", Some(&htb_options())).expect("install htb root");
-}
 
 #[test]
 fn default_noqueue_root_comes_back_after_htb_install() {
@@ -199,6 +145,48 @@ fn htb_tree_with_leaves_and_filters_comes_back() {
 }
 
 #[test]
+fn many_classes_and_leaves_are_listed_in_the_recorded_order() {
+    let Some(_ns) = setup() else { return };
+    veth_pair("va", "vb");
+    sh("tc qdisc add dev va root handle 1: htb default 99");
+    // Scrambled creation order: the class hash grows twice (4 → 8 → 16
+    // buckets) and the listing depends on the order of insertion.
+    for (id, parent) in [
+        ("50", "1:"),
+        ("3", "1:"),
+        ("21", "1:3"),
+        ("7", "1:"),
+        ("99", "1:"),
+        ("12", "1:"),
+        ("40", "1:"),
+        ("33", "1:3"),
+        ("5", "1:"),
+        ("8", "1:"),
+        ("61", "1:"),
+        ("2", "1:"),
+    ] {
+        sh(&format!(
+            "tc class add dev va parent {parent} classid 1:{id} htb rate 1mbit"
+        ));
+    }
+    // Leaves with explicit and kernel-chosen handles share qdisc hash buckets.
+    for leaf in [
+        "parent 1:50 handle 50: pfifo",
+        "parent 1:7 pfifo",
+        "parent 1:99 handle 9: bfifo limit 9000",
+        "parent 1:12 pfifo limit 12",
+        "parent 1:40 handle 400: pfifo limit 5",
+        "parent 1:5 pfifo",
+        "parent 1:61 handle 61: pfifo",
+        "parent 1:21 handle 21: tbf rate 1mbit burst 5k latency 5ms",
+        "parent 21:1 pfifo limit 3",
+    ] {
+        sh(&format!("tc qdisc add dev va {leaf}"));
+    }
+    round_trip("va", install_htb);
+}
+
+#[test]
 fn u32_hash_tables_and_links_come_back() {
     let Some(_ns) = setup() else { return };
     veth_pair("va", "vb");
@@ -308,17 +296,6 @@ fn clsact_and_its_filters_are_never_touched() {
     sh("tc qdisc del dev va root");
     round_trip("va", install_htb);
     assert_eq!(hooks(), clsact);
-}
-
-/// Expects `snapshot` to refuse `dev` with a reason containing `needle`,
-/// and the tree to be untouched.
-fn expect_refusal(dev: &str, needle: &str) {
-    let before = tc_view(dev);
-    match tc::snapshot(ifindex(dev)) {
-        Err(e @ TcError::Unrestorable { .. }) => assert!(e.to_string().contains(needle), "{e}"),
-        other => panic!("expected a refusal mentioning {needle:?}, got {other:?}"),
-    }
-    assert_same_view(&before, &tc_view(dev), "after a refused snapshot");
 }
 
 #[test]
