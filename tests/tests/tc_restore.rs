@@ -34,6 +34,21 @@ fn default_noqueue_root_comes_back_after_htb_install() {
     assert_eq!((root.kind.as_str(), root.handle), ("noqueue", 0));
 }
 
+#[test]
+fn a_device_that_was_never_up_gets_no_qdisc_back() {
+    let Some(_ns) = setup() else { return };
+    // Never up: the device has only the built-in noop qdisc, which dumps
+    // do not list, until dev_activate attaches the default on first up.
+    sh("ip link add va type veth peer name vb");
+    let snap = round_trip("va", install_htb);
+    assert_eq!(
+        snap.describe(),
+        "no root qdisc (the device has never been up)"
+    );
+    sh("ip link set va up");
+    assert!(run("tc qdisc show dev va").starts_with("qdisc noqueue 0: root"));
+}
+
 /// Installs the mq root with one pfifo per queue and checks there are
 /// `queues` of them while installed.
 fn install_mq_pfifo(dev: &str, queues: u32) -> impl FnOnce(u32) + '_ {

@@ -7,21 +7,34 @@
 //!   dumped qdisc, class and filter as `(type, bytes)`, minus the ones the
 //!   kernel only ever sends (see [`message`]'s `OUTPUT_ONLY`). Replaying them
 //!   works for any kind (htb, tbf, fq_codel, cake, fq, u32, ...) without this
-//!   module understanding their options.
-//! - **Refuse rather than approximate.** Where a dump is known not to be
-//!   symmetric with the create path (a size table, a rate estimator, an eBPF
-//!   classifier, u32 hash-table numbering the kernel would not reproduce),
-//!   [`snapshot`] fails with [`TcError::Unrestorable`] and the shaper refuses
-//!   to start, rather than leave the interface different afterwards.
+//!   module understanding their options; the few known dump/create
+//!   asymmetries are repaired by name (`fixups`).
+//! - **Refuse rather than approximate.** Where a dump cannot be replayed as
+//!   it was (a size table with data, a rate estimator, an eBPF classifier,
+//!   red/choke/gred, u32 hash-table numbering or chain order the kernel would
+//!   not reproduce), [`snapshot`] fails with [`TcError::Unrestorable`] and the
+//!   shaper refuses to start, rather than leave the interface different.
+//! - **Same listing.** Objects are re-created in an order that makes `tc`
+//!   list them as before (`order`, `class_hash`, `chains`, `filters`).
 //! - **Verify.** [`restore`] dumps the tree again and compares it with the
-//!   snapshot (identities of qdiscs, classes with their options, filters).
+//!   snapshot (qdisc identities, classes with their options, filter and
+//!   chain identities).
 //!
 //! Scope: the root (egress) tree of one interface. The ingress/clsact qdisc
-//! and its filters are never recorded and never touched. Handles are `u32`
-//! `major << 16 | minor`, as in `include/uapi/linux/pkt_sched.h`.
+//! and its filters are never recorded and never touched by restore. A device
+//! that has never been up lists no qdisc at all; that, like a default root
+//! with handle 0 (`noqueue 0:`, `pfifo_fast 0:`, `mq 0:`), is restored by
+//! deleting whatever root is there. Handles are `u32` `major << 16 | minor`
+//! (include/uapi/linux/pkt_sched.h).
 //!
-//! Non-goals: shared filter blocks, chain templates of ingress, offloaded
-//! (hardware) state, statistics.
+//! Files: `message` (tcmsg and rtattr wire format), `netlink` (socket,
+//! ACKs, dumps), `dump` (reading the tree), `snapshot` (the recorded tree and
+//! its file format), `check` (restorability), `fixups`, `filters`, `chains`,
+//! `order`, `class_hash`, `actions` (how to replay), `restore`, `install`,
+//! `fq` (sch_fq options), `probe` (kernel features), `clsact`.
+//!
+//! Non-goals: shared filter blocks, offloaded (hardware) state, statistics,
+//! estimators (refused).
 
 mod actions;
 mod chains;
@@ -83,9 +96,6 @@ pub enum TcError {
         what: String,
         detail: String,
     },
-    /// The dump showed no root qdisc (the device vanished mid-way?).
-    #[error("{iface} has no root qdisc")]
-    NoRoot { iface: String },
     /// The root is already the shaper's: a previous run did not clean up.
     #[error(
         "the root qdisc of {iface} is already the shaper's ({handle}): a previous run did not \
@@ -248,10 +258,7 @@ pub fn is_shaper_root(ifindex: u32) -> Result<bool, TcError> {
 pub fn snapshot(ifindex: u32) -> Result<Snapshot, TcError> {
     let mut nl = open()?;
     let (snap, notes) = dump::dump_tree(&mut nl, ifindex)?;
-    let root = snap.root().ok_or_else(|| TcError::NoRoot {
-        iface: iface(ifindex),
-    })?;
-    if root.handle == SHAPER_HANDLE {
+    if let Some(root) = snap.root().filter(|r| r.handle == SHAPER_HANDLE) {
         return Err(TcError::ShaperRootPresent {
             iface: iface(ifindex),
             handle: Handle(root.handle),

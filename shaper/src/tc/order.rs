@@ -90,10 +90,7 @@ fn parents_first<'a>(
 
 /// Child qdiscs (not the root, not defaults) in creation order: reverse
 /// dump order, each once its parent class exists (`exists`).
-pub(crate) fn next_qdisc(
-    pending: &[&TcObject],
-    exists: impl Fn(u32) -> bool,
-) -> Option<usize> {
+pub(crate) fn next_qdisc(pending: &[&TcObject], exists: impl Fn(u32) -> bool) -> Option<usize> {
     (0..pending.len())
         .rev()
         .find(|&i| exists(pending[i].parent))

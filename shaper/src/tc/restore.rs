@@ -47,9 +47,9 @@ use super::{Snapshot, TcError, TcObject, actions, dump, dump_qdiscs, filters, if
 pub fn restore(snapshot: &Snapshot) -> Result<(), TcError> {
     let ifindex = snapshot.ifindex;
     let name = iface(ifindex);
-    let root = snapshot.root().ok_or_else(|| TcError::NoRoot {
-        iface: name.clone(),
-    })?;
+    // No root at all: the device has never been up; deleting ours returns
+    // it to that state, as for a default root.
+    let root = snapshot.root().filter(|r| r.handle != 0);
     let steps = filters::plan(snapshot)?;
     let mut nl = open()?;
 
@@ -67,7 +67,7 @@ pub fn restore(snapshot: &Snapshot) -> Result<(), TcError> {
         nl.request(RTM_DELQDISC, 0, &TcMessage::encode(tcm, &[]))
             .map_err(TcError::request("delete", what))?;
     }
-    if root.handle != 0 {
+    if let Some(root) = root {
         create(
             &mut nl,
             RTM_NEWQDISC,

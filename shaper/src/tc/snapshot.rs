@@ -19,7 +19,8 @@
 //!
 //! Decoding rejects a wrong magic, an unknown version or flag, truncation,
 //! trailing bytes, unknown tags, objects other than chains without a
-//! `TCA_KIND` string, and a qdisc list without exactly one root.
+//! `TCA_KIND` string, and qdiscs without exactly one root (no qdisc at all is
+//! valid: a device that has never been up lists none).
 
 use super::message::{Attr, Handle, TC_H_ROOT, TCA_CHAIN, TCA_KIND, TCA_OPTIONS, find};
 use super::{TcError, filters};
@@ -91,8 +92,9 @@ pub struct U32Root {
 
 /// The egress tree of one interface.
 ///
-/// Contract: `qdiscs[0]` is the root (parent `TC_H_ROOT`); a root with
-/// handle 0 is the kernel's default. Objects keep kernel dump order.
+/// Contract: the root (parent `TC_H_ROOT`) comes first in `qdiscs`; a root with
+/// handle 0 is the kernel's default, and no qdisc at all means the device
+/// has never been up. Objects keep kernel dump order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Snapshot {
     pub ifindex: u32,
@@ -113,16 +115,17 @@ impl Snapshot {
         self.qdiscs.iter().find(|q| q.parent == TC_H_ROOT)
     }
 
-    /// True if the root is the kernel's default (handle 0).
+    /// True if the root is the kernel's default (handle 0), or there is
+    /// none (a device that has never been up lists no qdisc at all).
     pub fn has_default_root(&self) -> bool {
-        self.root().is_some_and(|r| r.handle == 0)
+        self.root().is_none_or(|r| r.handle == 0)
     }
 
     /// A one-line summary, e.g. "root htb 1: with 4 classes, 2 child
     /// qdiscs, 3 filters".
     pub fn describe(&self) -> String {
         let Some(root) = self.root() else {
-            return "no root qdisc".into();
+            return "no root qdisc (the device has never been up)".into();
         };
         let default = if root.handle == 0 { "default " } else { "" };
         let mut parts = Vec::new();
@@ -276,9 +279,13 @@ impl Snapshot {
         if r.pos != bytes.len() {
             return Err(bad(&format!("{} trailing bytes", bytes.len() - r.pos)));
         }
+        // No qdisc at all is valid: a device that has never been up.
         let roots = s.qdiscs.iter().filter(|q| q.parent == TC_H_ROOT).count();
-        if roots != 1 {
-            return Err(bad(&format!("{roots} root qdiscs, expected exactly one")));
+        if roots > 1 || (roots == 0 && !s.qdiscs.is_empty()) {
+            return Err(bad(&format!(
+                "{roots} root qdiscs among {} qdiscs, expected one",
+                s.qdiscs.len()
+            )));
         }
         Ok(s)
     }
@@ -428,7 +435,20 @@ mod tests {
         let mut s = sample();
         s.qdiscs.remove(0);
         let e = Snapshot::decode(&s.encode()).expect_err("must fail");
-        assert!(e.to_string().contains("0 root qdiscs"), "{e}");
+        assert!(e.to_string().contains("0 root qdiscs among 1"), "{e}");
+        let none = Snapshot {
+            ifindex: 3,
+            qdiscs: vec![],
+            classes: vec![],
+            chains: vec![],
+            filters: vec![],
+            u32_roots: vec![],
+        };
+        assert_eq!(
+            Snapshot::decode(&none.encode()).expect("no qdisc is valid"),
+            none
+        );
+        assert!(none.has_default_root());
     }
 
     #[test]
