@@ -137,8 +137,9 @@ impl TcError {
         what: impl Into<String>,
     ) -> impl FnOnce(NlError) -> Self {
         let what = what.into();
-        move |e| match e.source.kind() {
-            io::ErrorKind::InvalidData => Self::Malformed {
+        // Our own parse failures carry no errno; kernel and syscall ones do.
+        move |e| match (e.source.raw_os_error(), e.source.kind()) {
+            (None, io::ErrorKind::InvalidData) => Self::Malformed {
                 op,
                 what,
                 detail: e.source.to_string(),
