@@ -86,7 +86,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
         }
     };
     let ns = value * scale_ns;
-    if !ns.is_finite() || ns < 0.0 || ns > 1e18 {
+    if !ns.is_finite() || !(0.0..=1e18).contains(&ns) {
         return Err(format!("'{s}' is out of range"));
     }
     // Bounded above, so the cast is exact enough and cannot wrap.

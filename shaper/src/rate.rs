@@ -239,7 +239,7 @@ impl fmt::Display for Rate {
         ];
         for (unit, scale) in units {
             let milli_unit = scale / 1000;
-            if b >= scale && b % milli_unit == 0 {
+            if b >= scale && b.is_multiple_of(milli_unit) {
                 let milli = b / milli_unit;
                 let text = format!("{}.{:03}", milli / 1000, milli % 1000);
                 let text = text.trim_end_matches('0').trim_end_matches('.');

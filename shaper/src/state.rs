@@ -196,7 +196,12 @@ fn is_bpffs(path: &Path) -> Result<bool, StateError> {
     }
     // SAFETY: statfs returned 0, so it filled the struct.
     let st = unsafe { st.assume_init() };
-    Ok(i64::from(st.f_type) == BPF_FS_MAGIC)
+    #[allow(
+        clippy::useless_conversion,
+        reason = "f_type is i64 on 64-bit targets but i32 on 32-bit ones"
+    )]
+    let f_type = i64::from(st.f_type);
+    Ok(f_type == BPF_FS_MAGIC)
 }
 
 /// How the classifier was attached.
@@ -420,7 +425,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 fn unhex(s: &str) -> Option<Vec<u8>> {
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return None;
     }
     (0..s.len())

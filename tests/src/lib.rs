@@ -4,3 +4,4 @@
 pub mod netns;
 pub mod packets;
 pub mod tc_util;
+pub mod topo;

@@ -24,6 +24,10 @@ fn skip() -> bool {
 
 /// Starts `shaper run --iface left0 ARGS` in the left namespace and waits until
 /// `shaper status` reports it attached.
+#[allow(
+    clippy::zombie_processes,
+    reason = "the child is returned to the caller, which waits on it"
+)]
 fn start(pair: &Pair, rate: &str) -> Child {
     let child = pair
         .left
@@ -39,10 +43,12 @@ fn start(pair: &Pair, rate: &str) -> Child {
         if st.contains("classifier: tcx") || st.contains("classifier: tc clsact") {
             return child;
         }
-        assert!(
-            Instant::now() < deadline,
-            "shaper did not attach in 60 s: {st}"
-        );
+        if Instant::now() >= deadline {
+            let mut child = child;
+            let _ = child.kill();
+            let out = child.wait_with_output().expect("wait shaper");
+            panic!("shaper did not attach in 60 s: {st}\n{}", text(&out));
+        }
         sleep(Duration::from_millis(200));
     }
 }
