@@ -5,7 +5,8 @@
 # MODULES_ROOT. This script mounts the host root read-only at /newroot (9p
 # tag hostroot), the guest's own pseudo file systems and tmpfs inside it, then
 # the workspace read-write at its host path (9p tag workspace). It runs
-# $RUN_DIR/job.sh chrooted into /newroot with a clean environment, stdout and
+# $RUN_DIR/job.sh (after creating $RUN_DIR/started, which tells xtask that the
+# boot succeeded) chrooted into /newroot with a clean environment, stdout and
 # stderr on the virtio-serial ports named shaper.stdout and shaper.stderr,
 # writes the job's exit status to $RUN_DIR/exit-code and powers off.
 # A setup failure is reported on the console (ttyS0) and powers off without
@@ -92,6 +93,7 @@ cat_out=$!
 cat /job-err >"$err" &
 cat_err=$!
 
+: >"$r$RUN_DIR/started" || die "cannot write to the run directory $RUN_DIR"
 env -i chroot "$r" /bin/sh "$RUN_DIR/job.sh" </dev/null >/job-out 2>/job-err
 code=$?
 

@@ -41,7 +41,7 @@ use std::ffi::OsStr;
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
@@ -59,10 +59,37 @@ pub const HOST_PACKAGES: &[&str] = &[
     "kmod",
     "cpio",
     "xz-utils",
+    "zstd",
+];
+
+/// Every host program the VM uses and the Debian package that provides it.
+/// apt and dpkg come with Debian itself; the rest are in [`HOST_PACKAGES`].
+const TOOL_PACKAGES: &[(&str, &str)] = &[
+    ("qemu-system-x86_64", "qemu-system-x86"),
+    ("busybox", "busybox-static"),
+    ("cpio", "cpio"),
+    ("depmod", "kmod"),
+    ("modprobe", "kmod"),
+    ("xz", "xz-utils"),
+    ("zstd", "zstd"),
+    ("apt-cache", "apt"),
+    ("apt-get", "apt"),
+    ("dpkg", "dpkg"),
 ];
 
 /// Overall limit for one run, overridable with `SHAPER_VM_TIMEOUT_S`.
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+
+/// Boots per run. QEMU 7.2's multi-threaded TCG occasionally crashes a
+/// guest kernel while it patches its own code (seen once in about a hundred
+/// boots, as an oops in a just-patched static branch); a boot that dies
+/// before the job starts is safe to repeat. Failures after the job started
+/// are never retried: the job may have had effects.
+const BOOT_ATTEMPTS: u32 = 3;
+
+/// How long a boot may take to reach the job (normally 5 to 8 s) before it
+/// counts as hung and is retried.
+const BOOT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Set (to anything) to keep the run directory for debugging.
 const KEEP_RUN_DIR_VAR: &str = "SHAPER_VM_KEEP_RUN_DIR";
@@ -129,9 +156,25 @@ pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
         workspace: &workspace,
         console_log: &run_dir.path.join("console.log"),
     };
-    let outcome = qemu::boot(&tools.qemu, &machine, timeout)?;
     let exit_file = run_dir.path.join("exit-code");
-    qemu::job_exit_code(&outcome, &exit_file, machine.console_log, timeout)
+    let started = run_dir.path.join("started");
+    let deadline = Instant::now() + timeout;
+    let mut attempt = 1;
+    loop {
+        let boot_deadline = Instant::now() + BOOT_TIMEOUT;
+        let outcome = qemu::boot(&tools.qemu, &machine, deadline, boot_deadline, &started)?;
+        if attempt == BOOT_ATTEMPTS || !outcome.is_boot_failure(&started) {
+            return qemu::job_exit_code(&outcome, &exit_file, machine.console_log, timeout);
+        }
+        let why = qemu::crash_summary(machine.console_log)
+            .unwrap_or_else(|| "no crash message".to_owned());
+        eprintln!(
+            "xtask vm: warning: the guest died before starting the job ({why}); \
+             booting again (attempt {} of {BOOT_ATTEMPTS})",
+            attempt + 1
+        );
+        attempt += 1;
+    }
 }
 
 /// Fetches and caches `kernel` and its base initramfs without booting it, so
@@ -183,19 +226,19 @@ impl Tools {
     /// Finds every tool, or fails naming the Debian package to install.
     fn find() -> Result<Tools> {
         let tools = Tools {
-            qemu: find_tool("qemu-system-x86_64", "qemu-system-x86")?,
-            busybox: find_tool("busybox", "busybox-static")?,
-            cpio: find_tool("cpio", "cpio")?,
-            depmod: find_tool("depmod", "kmod")?,
-            xz: find_tool("xz", "xz-utils")?,
-            zstd: find_tool("zstd", "zstd")?,
-            apt_cache: find_tool("apt-cache", "apt")?,
-            apt_get: find_tool("apt-get", "apt")?,
-            dpkg: find_tool("dpkg", "dpkg")?,
+            qemu: find_tool("qemu-system-x86_64")?,
+            busybox: find_tool("busybox")?,
+            cpio: find_tool("cpio")?,
+            depmod: find_tool("depmod")?,
+            xz: find_tool("xz")?,
+            zstd: find_tool("zstd")?,
+            apt_cache: find_tool("apt-cache")?,
+            apt_get: find_tool("apt-get")?,
+            dpkg: find_tool("dpkg")?,
         };
         // The guest runs the host's modprobe (the root is shared), so it
         // must exist on the host too.
-        find_tool("modprobe", "kmod")?;
+        find_tool("modprobe")?;
         initramfs::check_static(&tools.busybox)?;
         Ok(tools)
     }
@@ -203,7 +246,11 @@ impl Tools {
 
 /// Looks `name` up on PATH and in the sbin directories (depmod lives in
 /// /usr/sbin, which a non-root PATH lacks).
-fn find_tool(name: &str, package: &str) -> Result<PathBuf> {
+fn find_tool(name: &str) -> Result<PathBuf> {
+    let package = TOOL_PACKAGES
+        .iter()
+        .find(|(tool, _)| *tool == name)
+        .map_or("?", |(_, package)| *package);
     let path = std::env::var_os("PATH").unwrap_or_default();
     let fixed = [
         "/usr/local/sbin",
@@ -300,6 +347,17 @@ mod tests {
         assert_eq!(owner_pid(OsStr::new(".prepare-6.12-77")), Some(77));
         assert_eq!(owner_pid(OsStr::new("6.12")), None);
         assert_eq!(owner_pid(OsStr::new("run-x-0")), None);
+    }
+
+    #[test]
+    fn every_tool_package_is_a_host_package() {
+        for (tool, package) in TOOL_PACKAGES {
+            let base = ["apt", "dpkg"].contains(package);
+            assert!(
+                base || HOST_PACKAGES.contains(package),
+                "{tool}: {package} missing from HOST_PACKAGES"
+            );
+        }
     }
 
     #[test]

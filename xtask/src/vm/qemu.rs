@@ -49,7 +49,26 @@ pub(crate) struct Machine<'a> {
 /// How QEMU ended.
 pub(crate) enum Outcome {
     Exited(ExitStatus),
+    /// Killed at the overall deadline.
     TimedOut,
+    /// Killed because the guest had not started the job by the boot
+    /// deadline.
+    BootTimedOut,
+}
+
+impl Outcome {
+    /// Whether the guest failed before starting the job in a way another
+    /// boot may not repeat: its kernel died (with `-no-reboot` QEMU exits
+    /// with success when the guest resets, which `panic=-1` does on a panic)
+    /// or it hung while booting. A QEMU error is not one: it would repeat.
+    pub(crate) fn is_boot_failure(&self, started: &Path) -> bool {
+        let retryable = match self {
+            Outcome::Exited(status) => status.success(),
+            Outcome::BootTimedOut => true,
+            Outcome::TimedOut => false,
+        };
+        retryable && !started.exists()
+    }
 }
 
 /// Escapes a value for QEMU's `key=value,...` option syntax, where a literal
@@ -119,9 +138,17 @@ fn args(machine: &Machine) -> Result<Vec<OsString>> {
     Ok(args)
 }
 
-/// Boots `machine` and waits for QEMU to exit or for `timeout`, copying the
-/// job's output to the caller's stdout and stderr meanwhile.
-pub(crate) fn boot(qemu: &Path, machine: &Machine, timeout: Duration) -> Result<Outcome> {
+/// Boots `machine` and waits for QEMU to exit, copying the job's output to
+/// the caller's stdout and stderr meanwhile. QEMU is killed at `deadline`, or
+/// at `boot_deadline` if the file `started` (written by the guest's init
+/// just before the job) does not exist by then.
+pub(crate) fn boot(
+    qemu: &Path,
+    machine: &Machine,
+    deadline: Instant,
+    boot_deadline: Instant,
+    started: &Path,
+) -> Result<Outcome> {
     let mut child = Command::new(qemu)
         .args(args(machine)?)
         .stdin(Stdio::null())
@@ -133,7 +160,7 @@ pub(crate) fn boot(qemu: &Path, machine: &Machine, timeout: Duration) -> Result<
     let err = child.stderr.take().context("QEMU has no stderr pipe")?;
     let copiers = [forward(out, std::io::stdout), forward(err, std::io::stderr)];
 
-    let outcome = wait_or_kill(&mut child, timeout);
+    let outcome = wait_or_kill(&mut child, deadline, boot_deadline, started);
     for copier in copiers {
         match copier.join() {
             Ok(Ok(())) => {}
@@ -173,19 +200,44 @@ where
     })
 }
 
-fn wait_or_kill(child: &mut Child, timeout: Duration) -> Result<Outcome> {
-    let deadline = Instant::now() + timeout;
+fn wait_or_kill(
+    child: &mut Child,
+    deadline: Instant,
+    boot_deadline: Instant,
+    started: &Path,
+) -> Result<Outcome> {
     loop {
         if let Some(status) = child.try_wait().context("cannot wait for QEMU")? {
             return Ok(Outcome::Exited(status));
         }
-        if Instant::now() >= deadline {
-            child.kill().context("cannot kill QEMU after the timeout")?;
-            child.wait().context("cannot reap QEMU after killing it")?;
-            return Ok(Outcome::TimedOut);
-        }
-        std::thread::sleep(Duration::from_millis(50));
+        let now = Instant::now();
+        let outcome = if now >= deadline {
+            Outcome::TimedOut
+        } else if now >= boot_deadline && !started.exists() {
+            Outcome::BootTimedOut
+        } else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        child.kill().context("cannot kill QEMU after the timeout")?;
+        child.wait().context("cannot reap QEMU after killing it")?;
+        return Ok(outcome);
     }
+}
+
+/// The first line of the console that tells why the kernel died, if any.
+pub(crate) fn crash_summary(console_log: &Path) -> Option<String> {
+    const MARKERS: &[&str] = &[
+        "Kernel panic",
+        "BUG:",
+        "Oops",
+        "general protection fault",
+        "invalid opcode",
+    ];
+    let text = printable(&String::from_utf8_lossy(&std::fs::read(console_log).ok()?));
+    text.lines()
+        .find(|line| MARKERS.iter().any(|m| line.contains(m)))
+        .map(|line| line.trim().to_owned())
 }
 
 /// The job's exit code from `exit_file`, or an error explaining why there is
@@ -196,6 +248,12 @@ pub(crate) fn job_exit_code(
     console_log: &Path,
     timeout: Duration,
 ) -> Result<i32> {
+    if let Outcome::BootTimedOut = outcome {
+        bail!(
+            "the guest did not start the job within the boot deadline and was killed\n{}",
+            console_tail(console_log)
+        );
+    }
     if let Outcome::TimedOut = outcome {
         bail!(
             "the VM did not finish within {} s and was killed (raise SHAPER_VM_TIMEOUT_S if the job needs longer)\n{}",
@@ -217,7 +275,7 @@ pub(crate) fn job_exit_code(
                 Outcome::Exited(status) => {
                     format!("QEMU failed ({status}; its messages are above)")
                 }
-                Outcome::TimedOut => "the VM timed out".to_owned(),
+                Outcome::TimedOut | Outcome::BootTimedOut => "the VM timed out".to_owned(),
             };
             bail!(
                 "{how} without reporting the job's exit code (kernel panic or failed guest init?)\n{}",
@@ -289,6 +347,32 @@ mod tests {
     fn printable_drops_escapes_and_carriage_returns() {
         let raw = "\x1bc\x1b[?7l\x1b[2J\x1b[0mSeaBIOS\r\nBoot\x07ing\tok\n";
         assert_eq!(printable(raw), "SeaBIOS\nBooting\tok\n");
+    }
+
+    #[test]
+    fn boot_failures_are_clean_exits_or_boot_timeouts_without_a_start() -> Result<()> {
+        let dir = std::env::temp_dir().join(format!("xtask-vm-boot-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        let started = dir.join("started");
+        let ok = Outcome::Exited(Command::new("true").status()?);
+        let failed = Outcome::Exited(Command::new("false").status()?);
+        assert!(ok.is_boot_failure(&started));
+        assert!(Outcome::BootTimedOut.is_boot_failure(&started));
+        assert!(!failed.is_boot_failure(&started));
+        assert!(!Outcome::TimedOut.is_boot_failure(&started));
+        std::fs::write(&started, "")?;
+        assert!(!ok.is_boot_failure(&started));
+        let log = dir.join("console.log");
+        std::fs::write(
+            &log,
+            "a\r\n[    3.0] Oops: invalid opcode: 0000 [#1] SMP\r\n[ 3.1] Kernel panic\n",
+        )?;
+        assert_eq!(
+            crash_summary(&log).as_deref(),
+            Some("[    3.0] Oops: invalid opcode: 0000 [#1] SMP")
+        );
+        std::fs::remove_dir_all(&dir)?;
+        Ok(())
     }
 
     #[test]
