@@ -36,11 +36,14 @@ pub enum Counter {
     Vlan,
     /// Frames cut short inside a header they announce.
     Truncated,
+    /// Bytes on the wire: `Bytes`, plus the headers each GSO segment after
+    /// the first repeats. What the pacer charges.
+    WireBytes,
 }
 
 impl Counter {
     /// Number of counters; the array's size.
-    pub const COUNT: u32 = Counter::Truncated as u32 + 1;
+    pub const COUNT: u32 = Counter::WireBytes as u32 + 1;
 
     /// All counters in index order.
     pub const ALL: [Counter; Counter::COUNT as usize] = [
@@ -58,6 +61,7 @@ impl Counter {
         Counter::NonIp,
         Counter::Vlan,
         Counter::Truncated,
+        Counter::WireBytes,
     ];
 
     /// Stable snake_case name, used by `shaper status` and exporters.
@@ -77,6 +81,7 @@ impl Counter {
             Counter::NonIp => "non_ip",
             Counter::Vlan => "vlan",
             Counter::Truncated => "truncated",
+            Counter::WireBytes => "wire_bytes",
         }
     }
 }

@@ -68,6 +68,24 @@ impl ScaledRate {
     }
 }
 
+/// Bytes a packet puts on the wire: its length, plus the headers that each
+/// GSO segment after the first repeats (GSO/GRO super-packets carry one set
+/// of headers for `gso_segs` segments). `headers_len` is 0 when unknown, and
+/// then the length alone is charged. Saturates at `u32::MAX`.
+#[inline(always)]
+pub fn wire_len_bytes(len_bytes: u32, gso_segs: u32, headers_len: u32) -> u32 {
+    if gso_segs <= 1 || headers_len == 0 || headers_len >= len_bytes {
+        return len_bytes;
+    }
+    let extra = u64::from(gso_segs - 1) * u64::from(headers_len);
+    let total = u64::from(len_bytes) + extra;
+    if total > u64::from(u32::MAX) {
+        u32::MAX
+    } else {
+        total as u32
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +132,21 @@ mod tests {
             );
             rate = rate * 3 + 7;
         }
+    }
+
+    #[test]
+    fn wire_len_counts_repeated_headers() {
+        // Not GSO, or headers unknown: the length itself.
+        assert_eq!(wire_len_bytes(1514, 0, 66), 1514);
+        assert_eq!(wire_len_bytes(1514, 1, 66), 1514);
+        assert_eq!(wire_len_bytes(60_000, 40, 0), 60_000);
+        // 44 segments of 1448 bytes behind 66 bytes of Ethernet+IPv4+TCP(ts).
+        let len = 66 + 44 * 1448;
+        assert_eq!(wire_len_bytes(len, 44, 66), 44 * (66 + 1448));
+        // Nonsense headers (longer than the packet) are ignored.
+        assert_eq!(wire_len_bytes(100, 4, 100), 100);
+        // Saturates instead of wrapping.
+        assert_eq!(wire_len_bytes(u32::MAX - 10, 65_535, 200), u32::MAX);
     }
 
     #[test]

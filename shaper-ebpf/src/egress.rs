@@ -1,6 +1,7 @@
 //! The egress classifier: counts every packet by class, then stamps its
 //! earliest departure time with the aggregate EDT pacer
-//! (`shaper_common::edt`), which sch_fq enforces.
+//! (`shaper_common::edt`), which sch_fq enforces. A GSO super-packet is
+//! charged its wire length: every segment repeats the headers.
 //!
 //! Verdicts: `TC_ACT_UNSPEC` (-1, "next") lets later programs on the hook
 //! run and then passes the packet, under both TCX and legacy tc;
@@ -16,6 +17,7 @@ use shaper_common::{
     config::FLAG_NO_L2,
     counters::Counter,
     edt::{EdtDecision, aggregate_edt},
+    rate::wire_len_bytes,
 };
 
 use crate::{
@@ -42,7 +44,7 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     let Some(config) = CONFIG.get(0) else {
         return Ok(TC_ACT_UNSPEC);
     };
-    match classify(ctx, config.flags & FLAG_NO_L2 == 0) {
+    let headers_len = match classify(ctx, config.flags & FLAG_NO_L2 == 0) {
         Ok(class) => {
             count(class.l3, 1);
             if let Some(l4) = class.l4 {
@@ -51,9 +53,17 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
             if class.vlan {
                 count(Counter::Vlan, 1);
             }
+            class.headers_len
         }
-        Err(_) => count(Counter::Truncated, 1),
-    }
+        Err(_) => {
+            count(Counter::Truncated, 1);
+            0
+        }
+    };
+    // SAFETY: reading a field of the __sk_buff the kernel passed in.
+    let gso_segs = unsafe { (*ctx.skb.skb).gso_segs };
+    let wire_len = wire_len_bytes(len, gso_segs, headers_len);
+    count(Counter::WireBytes, u64::from(wire_len));
 
     if !config.enabled() {
         count(Counter::PassedUnpaced, 1);
@@ -63,7 +73,7 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
     };
-    let tx_time_ns = config.scaled_rate().tx_time_ns(len);
+    let tx_time_ns = config.scaled_rate().tx_time_ns(wire_len);
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now_ns = unsafe { bpf_ktime_get_ns() };
     // SAFETY: reading a field of the __sk_buff the kernel passed in.

@@ -39,6 +39,9 @@ pub struct Class {
     pub l4: Option<Counter>,
     /// At least one VLAN tag was stripped.
     pub vlan: bool,
+    /// Bytes of headers before a TCP or UDP payload (link layer included);
+    /// 0 when there is no whole TCP/UDP header. Each GSO segment repeats them.
+    pub headers_len: u32,
 }
 
 /// Why a frame could not be classified.
@@ -66,23 +69,35 @@ pub fn classify(ctx: &TcContext, has_l2: bool) -> Result<Class, Truncated> {
         // SAFETY: reading a field of the __sk_buff the kernel passed in.
         proto = u16::from_be(unsafe { (*ctx.skb.skb).protocol } as u16);
     }
-    let l4 = match proto {
-        ETH_P_IP => Some(ipv4(ctx, off)?),
-        ETH_P_IPV6 => Some(ipv6(ctx, off)?),
-        _ => None,
+    let (l4, headers_len) = match proto {
+        ETH_P_IP => {
+            let (c, end) = ipv4(ctx, off)?;
+            (Some(c), end)
+        }
+        ETH_P_IPV6 => {
+            let (c, end) = ipv6(ctx, off)?;
+            (Some(c), end)
+        }
+        _ => (None, 0),
     };
     let l3 = match proto {
         ETH_P_IP => Counter::Ipv4,
         ETH_P_IPV6 => Counter::Ipv6,
         _ => Counter::NonIp,
     };
-    Ok(Class { l3, l4, vlan })
+    Ok(Class {
+        l3,
+        l4,
+        vlan,
+        // Headers are a few hundred bytes at most, so this cannot truncate.
+        headers_len: headers_len as u32,
+    })
 }
 
 /// IPv4 at `off`: checks the header is whole, then the transport header
 /// unless this is a non-first fragment.
 #[inline(always)]
-fn ipv4(ctx: &TcContext, off: usize) -> Result<Counter, Truncated> {
+fn ipv4(ctx: &TcContext, off: usize) -> Result<(Counter, usize), Truncated> {
     let ver_ihl = load_u8(ctx, off)?;
     let ihl = usize::from(ver_ihl & 0x0f) * 4;
     if ihl < 20 {
@@ -98,7 +113,7 @@ fn ipv4(ctx: &TcContext, off: usize) -> Result<Counter, Truncated> {
 
 /// IPv6 at `off`: skips extension headers to the transport header.
 #[inline(always)]
-fn ipv6(ctx: &TcContext, off: usize) -> Result<Counter, Truncated> {
+fn ipv6(ctx: &TcContext, off: usize) -> Result<(Counter, usize), Truncated> {
     load_u8(ctx, off + 39)?;
     let mut next = load_u8(ctx, off + 6)?;
     let mut l4 = off + 40;
@@ -129,25 +144,37 @@ fn ipv6(ctx: &TcContext, off: usize) -> Result<Counter, Truncated> {
 }
 
 /// Checks the transport header at `off` is whole and names its class.
+/// Also returns where a TCP or UDP payload starts (0 for other protocols
+/// and for non-first fragments, which carry no transport header).
 #[inline(always)]
-fn transport(ctx: &TcContext, off: usize, proto: u8, whole: bool) -> Result<Counter, Truncated> {
+fn transport(
+    ctx: &TcContext,
+    off: usize,
+    proto: u8,
+    whole: bool,
+) -> Result<(Counter, usize), Truncated> {
     let (class, min_len) = match proto {
         IPPROTO_TCP => (Counter::Tcp, 20),
         IPPROTO_UDP => (Counter::Udp, 8),
         IPPROTO_ICMP | IPPROTO_ICMPV6 => (Counter::Icmp, 4),
-        _ => return Ok(Counter::OtherIp),
+        _ => return Ok((Counter::OtherIp, 0)),
     };
-    if whole {
-        load_u8(ctx, off + min_len - 1)?;
-        if class == Counter::Tcp {
+    if !whole {
+        return Ok((class, 0));
+    }
+    load_u8(ctx, off + min_len - 1)?;
+    match class {
+        Counter::Tcp => {
             let doff = usize::from(load_u8(ctx, off + 12)? >> 4) * 4;
             if doff < 20 {
                 return Err(Truncated);
             }
             load_u8(ctx, off + doff - 1)?;
+            Ok((class, off + doff))
         }
+        Counter::Udp => Ok((class, off + min_len)),
+        _ => Ok((class, 0)),
     }
-    Ok(class)
 }
 
 #[inline(always)]

@@ -210,6 +210,7 @@ fn unpaced(len: usize, classes: &[Counter]) -> Vec<(Counter, u64)> {
     let mut v = vec![
         (Counter::Packets, 1),
         (Counter::Bytes, len as u64),
+        (Counter::WireBytes, len as u64),
         (Counter::PassedUnpaced, 1),
     ];
     v.extend(classes.iter().map(|&c| (c, 1)));
@@ -770,6 +771,7 @@ fn back_to_back_packets_depart_one_transmission_time_apart() {
         let expected = [
             (Counter::Packets, 1),
             (Counter::Bytes, len as u64),
+            (Counter::WireBytes, len as u64),
             (Counter::Paced, 1),
             (Counter::Ipv4, 1),
             (Counter::Udp, 1),
@@ -809,6 +811,7 @@ fn clock_beyond_horizon_drops_without_advancing() {
     let classes = [
         (Counter::Packets, 1),
         (Counter::Bytes, 100),
+        (Counter::WireBytes, 100),
         (Counter::Ipv4, 1),
         (Counter::Udp, 1),
     ];
@@ -829,6 +832,71 @@ fn clock_beyond_horizon_drops_without_advancing() {
     expected.push((Counter::Paced, 1));
     let out = h.run_expect("inside horizon", &frame, None, PASS, &expected);
     assert_eq!(out.ctx.tstamp, near);
+}
+
+/// Regression: GSO super-packets were charged `skb->len`, one set of
+/// headers for many segments, so TCP with GSO got slightly more than the rate.
+#[test]
+fn gso_packet_is_charged_its_wire_length() {
+    let Some(mut h) = Harness::load() else { return };
+    let (config, rate) = pacing_at(1_000_000);
+    h.set_config(config);
+    let segs = 4u32;
+    // Test runs take at most about 3.7 KiB of packet.
+    let mss = 800usize;
+    // Ethernet + IPv4 + TCP with 12 bytes of options: 66 bytes of headers.
+    let headers = ETH_HLEN + 20 + 20 + 12;
+    let frame = Frame::ipv4(Ipv4::new(Transport::Tcp {
+        options: vec![1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2],
+        payload_len: segs as usize * mss,
+    }))
+    .build()
+    .bytes;
+    let len = frame.len();
+    assert_eq!(len, headers + segs as usize * mss);
+    let wire = len as u64 + u64::from(segs - 1) * headers as u64;
+    let ctx = SkBuff {
+        gso_segs: segs,
+        gso_size: mss as u32,
+        ..SkBuff::default()
+    };
+    let near = monotonic_ns() + 100_000_000;
+    h.set_clock(near);
+    let expected = [
+        (Counter::Packets, 1),
+        (Counter::Bytes, len as u64),
+        (Counter::WireBytes, wire),
+        (Counter::Paced, 1),
+        (Counter::Ipv4, 1),
+        (Counter::Tcp, 1),
+    ];
+    let out = h.run_expect("gso tcp", &frame, Some(&ctx), PASS, &expected);
+    assert_eq!(out.ctx.tstamp, near);
+    assert_eq!(
+        h.clock(),
+        near + rate.tx_time_ns(wire as u32),
+        "the clock advances by the wire length, not skb->len"
+    );
+
+    // Without GSO the same bytes are charged as they are.
+    let plain = udp_frame(600);
+    h.set_clock(near);
+    let out = h.run_expect(
+        "plain udp",
+        &plain,
+        None,
+        PASS,
+        &[
+            (Counter::Packets, 1),
+            (Counter::Bytes, 600),
+            (Counter::WireBytes, 600),
+            (Counter::Paced, 1),
+            (Counter::Ipv4, 1),
+            (Counter::Udp, 1),
+        ],
+    );
+    assert_eq!(out.ctx.tstamp, near);
+    assert_eq!(h.clock(), near + rate.tx_time_ns(600));
 }
 
 #[test]
@@ -877,6 +945,7 @@ fn socket_tstamp_earlier_than_clock_is_paced_to_clock() {
     let expected = [
         (Counter::Packets, 1),
         (Counter::Bytes, 100),
+        (Counter::WireBytes, 100),
         (Counter::Paced, 1),
         (Counter::Ipv4, 1),
         (Counter::Udp, 1),
@@ -911,6 +980,7 @@ fn truncated_and_non_ip_frames_are_paced_too() {
         &[
             (Counter::Packets, 1),
             (Counter::Bytes, 42),
+            (Counter::WireBytes, 42),
             (Counter::Paced, 1),
             (Counter::NonIp, 1),
         ],
@@ -926,6 +996,7 @@ fn truncated_and_non_ip_frames_are_paced_too() {
         &[
             (Counter::Packets, 1),
             (Counter::Bytes, 44),
+            (Counter::WireBytes, 44),
             (Counter::Paced, 1),
             (Counter::Truncated, 1),
         ],

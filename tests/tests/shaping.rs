@@ -256,12 +256,15 @@ fn received_bits_per_s(json: &str) -> f64 {
     num.parse().expect("a number")
 }
 
-#[test]
-fn goodput_at_20mbit_with_4_streams_is_85_to_100_percent() {
-    if skip() {
-        return;
+/// Runs 4 TCP streams for 10 s (2 s omitted) through the shaper at 20 mbit
+/// and checks the goodput, and that the pacer, not something else, held the
+/// rate. With `gso` off the sender's veth emits MTU-sized packets; with it on,
+/// 64 KB super-packets, which the pacer must charge by their wire length.
+fn goodput_at_20mbit(gso: bool) {
+    let pair = Pair::new(if gso { "gso" } else { "mtu" }, 1);
+    if !gso {
+        pair.left.sh("ip link set dev left0 gso_max_segs 1");
     }
-    let pair = Pair::new("gput", 1);
     let mut server = pair
         .right
         .command("iperf3")
@@ -278,28 +281,62 @@ fn goodput_at_20mbit_with_4_streams_is_85_to_100_percent() {
         .output()
         .expect("iperf3 client");
     let json = String::from_utf8_lossy(&out.stdout).into_owned();
+    let st = status(&pair);
+    let (code, log) = stop(child, libc::SIGTERM);
+    let _ = server.wait();
     assert!(
         out.status.success(),
         "iperf3 failed: {json}{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let st = status(&pair);
-    let (code, log) = stop(child, libc::SIGTERM);
-    let _ = server.wait();
     assert_eq!(code, Some(0), "{log}");
     let goodput = received_bits_per_s(&json);
     let ratio = goodput / 20e6;
     eprintln!(
-        "goodput at 20mbit: {:.2} Mbit/s (ratio {ratio:.3})\n{st}",
+        "goodput at 20mbit, gso {}: {:.2} Mbit/s (ratio {ratio:.3})\n{st}",
+        if gso { "on" } else { "off" },
         goodput / 1e6
     );
     assert!(
         (0.85..=1.0).contains(&ratio),
         "goodput {goodput} bit/s is {ratio:.3} of the rate"
     );
-    // The pacer did the work: packets were paced, none dropped at the horizon.
-    let paced: u64 = counter(&st, "paced");
-    assert!(paced > 1000, "paced only {paced}: {st}");
+    // The pacer held the rate: most packets were paced, none hit the horizon,
+    // and with GSO off the packets really were MTU-sized.
+    let packets = counter(&st, "packets");
+    let paced = counter(&st, "paced");
+    assert!(
+        paced * 10 >= packets * 8,
+        "paced {paced} of {packets}: {st}"
+    );
+    assert_eq!(counter(&st, "horizon_drop"), 0, "{st}");
+    let bytes = counter(&st, "bytes");
+    let wire = counter(&st, "wire_bytes");
+    if gso {
+        assert!(
+            wire > bytes,
+            "GSO packets must be charged more than skb->len: {st}"
+        );
+    } else {
+        assert!(bytes / packets <= 1514, "GSO was not off: {st}");
+        assert_eq!(wire, bytes, "{st}");
+    }
+}
+
+#[test]
+fn goodput_at_20mbit_with_4_streams_and_gso_is_85_to_100_percent() {
+    if skip() {
+        return;
+    }
+    goodput_at_20mbit(true);
+}
+
+#[test]
+fn goodput_at_20mbit_with_4_streams_without_gso_is_85_to_100_percent() {
+    if skip() {
+        return;
+    }
+    goodput_at_20mbit(false);
 }
 
 fn counter(status: &str, name: &str) -> u64 {
