@@ -112,32 +112,61 @@ fn is_complete(dir: &Path) -> bool {
 
 /// Fills the empty directory `tmp` with a complete cache for `kernel`.
 fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
-    let listing = run_captured(
-        Command::new(&tools.apt_cache).args([
-            "search",
-            "--names-only",
-            kernel.apt_search_pattern(),
-        ]),
-        "apt-cache search",
-    )?;
-    let Some(release) = newest_release(kernel, &listing) else {
-        bail!(
-            "apt knows no package {}: run `apt-get update` with Debian bookworm and \
-             bookworm-security in the apt sources (cargo xtask setup does this)",
-            kernel.package_glob()
-        );
+    // A fresh machine may have empty or stale package lists: refresh them
+    // once when the search finds nothing or the download fails.
+    let search = || {
+        run_captured(
+            Command::new(&tools.apt_cache).args([
+                "search",
+                "--names-only",
+                kernel.apt_search_pattern(),
+            ]),
+            "apt-cache search",
+        )
     };
-    let package = format!("linux-image-{release}");
-    eprintln!(
-        "xtask vm: first use of kernel {}: fetching {package}",
-        kernel.line()
-    );
-    run_captured(
-        Command::new(&tools.apt_get)
-            .args(["download", "-q", &package])
-            .current_dir(tmp),
-        "apt-get download",
-    )?;
+    let refresh = || {
+        eprintln!("xtask vm: refreshing the package lists (apt-get update)");
+        run_captured(
+            Command::new(&tools.apt_get).args(["update", "-q"]),
+            "apt-get update",
+        )
+    };
+    let mut chosen = None;
+    for attempt in 0..2 {
+        if attempt == 1 {
+            refresh()?;
+        }
+        let Some(release) = newest_release(kernel, &search()?) else {
+            if attempt == 1 {
+                bail!(
+                    "apt knows no package {} even after apt-get update: Debian bookworm and \
+                     bookworm-security must be in the apt sources",
+                    kernel.package_glob()
+                );
+            }
+            continue;
+        };
+        let package = format!("linux-image-{release}");
+        eprintln!(
+            "xtask vm: first use of kernel {}: fetching {package}",
+            kernel.line()
+        );
+        let downloaded = run_captured(
+            Command::new(&tools.apt_get)
+                .args(["download", "-q", &package])
+                .current_dir(tmp),
+            "apt-get download",
+        );
+        match downloaded {
+            Ok(_) => {
+                chosen = Some((release, package));
+                break;
+            }
+            Err(e) if attempt == 0 => eprintln!("xtask vm: {e:#}; retrying after apt-get update"),
+            Err(e) => return Err(e),
+        }
+    }
+    let (release, package) = chosen.context("no kernel package could be downloaded")?;
     let deb = find_deb(tmp, &package)?;
 
     let tree = tmp.join("tree");
