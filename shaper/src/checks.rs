@@ -62,12 +62,18 @@ pub enum CheckError {
         "this kernel ({release}) has no sch_fq, the qdisc that holds packets until the departure \
          time the shaper stamps (CONFIG_NET_SCH_FQ, module sch_fq). Load it with \
          `modprobe sch_fq`; on OpenWrt install the package kmod-sched. Nothing was changed. \
-         To try the shaper on a machine without it, run it in the project's VM \
-         (`cargo xtask vm -- shaper run ...`) or run the lab (`cargo xtask lab`)"
+         To try the shaper on a machine without it, run it in the project's VM, which boots a \
+         stock Debian kernel: `cargo xtask vm -- target/release/shaper run --iface {iface} \
+         --rate {rate}` (with {iface} created in the VM, e.g. a veth in a namespace); the lab, \
+         which will compare it with CAKE there, is not built yet"
     )]
     NoSchFq {
         /// `uname -r`.
         release: String,
+        /// The interface asked for.
+        iface: String,
+        /// The rate asked for, as given.
+        rate: String,
     },
     /// The kernel lacks clsact (needed below 6.6, where TCX is missing).
     #[error(

@@ -40,14 +40,18 @@ impl Drop for UndoGuard {
 
 /// Checks the kernel can do what `run` needs. Changes nothing visible (the
 /// qdisc probes run in a throwaway network namespace).
-pub fn check_kernel() -> Result<(), CheckError> {
+pub fn check_kernel(config: &RunConfig) -> Result<(), CheckError> {
     let release = kernel_release();
     let probe_failed = |what: &str, e: tc::TcError| CheckError::NoBpf {
         release: release.clone(),
         detail: format!("probing {what} failed: {e}"),
     };
     if !tc::probe_qdisc_kind("fq").map_err(|e| probe_failed("sch_fq", e))? {
-        return Err(CheckError::NoSchFq { release });
+        return Err(CheckError::NoSchFq {
+            release,
+            iface: config.iface.clone(),
+            rate: config.rate.to_string(),
+        });
     }
     if !attach::kernel_has_tcx() && !tc::probe_clsact().map_err(|e| probe_failed("clsact", e))? {
         return Err(CheckError::NoClsact { release });
@@ -97,7 +101,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let netns = state::current_netns()?;
     let paths = Roots::default().paths(&link.name, netns);
     check_not_shaped(&link, &paths)?;
-    check_kernel()?;
+    check_kernel(&config)?;
     if link.oper_state == "down" || link.oper_state == "lowerlayerdown" {
         warn!(iface = %link.name, state = %link.oper_state, "the interface has no carrier; shaping anyway");
     }

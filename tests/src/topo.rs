@@ -61,16 +61,12 @@ impl NamedNs {
     /// The full traffic-control state of `dev`: qdiscs, classes and filters
     /// (details, no statistics), for before/after comparisons.
     pub fn tc_state(&self, dev: &str) -> String {
-        let mut s = String::new();
-        for what in ["qdisc", "class", "filter"] {
-            s.push_str(&format!("== tc -d {what} show dev {dev}\n"));
-            s.push_str(&self.sh(&format!("tc -d {what} show dev {dev}")));
-        }
-        s.push_str("== egress filters\n");
-        s.push_str(&self.sh(&format!(
-            "tc -d filter show dev {dev} egress 2>/dev/null || true"
-        )));
-        s
+        // One shell for all four listings: spawning is slow under emulation.
+        self.sh(&format!(
+            "for what in qdisc class filter; do echo \"== tc -d $what show dev {dev}\"; \
+             tc -d $what show dev {dev} || exit 1; done; echo \"== egress filters\"; \
+             tc -d filter show dev {dev} egress 2>/dev/null; true"
+        ))
     }
 }
 

@@ -162,7 +162,7 @@ fn kernel_without_sch_fq_exits_2_and_names_the_module() {
             "no sch_fq",
             "CONFIG_NET_SCH_FQ",
             "kmod-sched",
-            "cargo xtask vm",
+            "cargo xtask vm -- target/release/shaper run --iface left0 --rate 20Mbit",
             "Nothing was changed",
         ],
     );

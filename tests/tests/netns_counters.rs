@@ -94,6 +94,12 @@ fn hook_counters_equal_what_was_sent_and_detach_leaves_no_trace() {
         .expect("program")
         .try_into()
         .expect("classifier");
+    // Below 6.6 (no TCX) the classifier goes on clsact, as `shaper run` does.
+    let ifindex = shaper::link::link_by_name("va0").expect("va0").ifindex;
+    let tcx = shaper::attach::kernel_has_tcx();
+    if !tcx {
+        shaper::tc::add_clsact(ifindex).expect("add clsact");
+    }
     let link = program
         .attach("va0", TcAttachType::Egress)
         .expect("attach to va0");
@@ -132,5 +138,8 @@ fn hook_counters_equal_what_was_sent_and_detach_leaves_no_trace() {
 
     program.detach(link).expect("detach");
     drop(ebpf);
+    if !tcx {
+        shaper::tc::delete_clsact(ifindex).expect("delete clsact");
+    }
     assert_eq!(tc_state("va0"), before, "detaching left something behind");
 }

@@ -184,8 +184,17 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
         for &kernel in &args.kernels {
             let name = format!("vm {}", kernel_name(kernel));
             stage(&name, &mut || {
+                vm::prepare(root, kernel)?;
+                let line = kernel_name(kernel);
+                let cache = root.join("target/vm").join(line);
+                let release = std::fs::read_to_string(cache.join("release"))
+                    .with_context(|| format!("reading the cached {line} kernel's release"))?;
+                let config = cache
+                    .join("tree/boot")
+                    .join(format!("config-{}", release.trim()));
                 let mut cmd: Vec<String> = vec![
                     "env".into(),
+                    format!("SHAPER_KERNEL_CONFIG={}", config.display()),
                     format!("SHAPER_BIN={}", shaper_bin.display()),
                     format!("SHAPER_VM_KERNEL={}", kernel_name(kernel)),
                     "SHAPER_REQUIRE_FULL_KERNEL=1".into(),
