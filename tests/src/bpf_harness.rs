@@ -1,0 +1,245 @@
+//! The harness for the `BPF_PROG_TEST_RUN` tests of the egress classifier:
+//! loads a fresh copy of the embedded object per test, reads and writes its
+//! maps, and checks that a run moved the counters by exactly what was
+//! expected (every other counter by zero).
+//!
+//! Needs root (CAP_BPF and CAP_NET_ADMIN) and a kernel >= 5.18; otherwise
+//! [`Harness::load`] prints `skipped: <reason>` and returns `None`.
+
+use std::{collections::BTreeMap, os::fd::AsFd};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, MapData, PerCpuArray},
+    programs::{ProgramFd, SchedClassifier},
+    util::KernelVersion,
+};
+use shaper::bpf::test_run::{SkBuff, TestRunOutput, run_skb};
+use shaper_common::{
+    EGRESS_PROGRAM,
+    config::{AggregateState, PacerConfig},
+    counters::Counter,
+    maps,
+    rate::ScaledRate,
+};
+
+use crate::packets::{ETH_HLEN, Frame, Ipv4, Transport};
+
+/// `TC_ACT_UNSPEC`: pass on to the next program / the qdisc.
+pub const PASS: i32 = -1;
+/// `TC_ACT_SHOT`: drop.
+pub const DROP: i32 = 2;
+
+/// Oldest kernel these tests are written for: the 192-byte `__sk_buff` that
+/// `SkBuff` mirrors (with `tstamp_type`).
+pub const MIN_KERNEL: KernelVersion = KernelVersion::new(5, 18, 0);
+
+// ---------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------
+
+/// Why this machine cannot run the tests, if it cannot.
+pub fn skip_reason() -> Option<String> {
+    const CAP_NET_ADMIN: u32 = 12;
+    const CAP_SYS_ADMIN: u32 = 21;
+    const CAP_BPF: u32 = 39;
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let cap_eff = status
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        .unwrap_or(0);
+    let has = |cap: u32| cap_eff & (1 << cap) != 0;
+    let bpf = has(CAP_BPF) || has(CAP_SYS_ADMIN);
+    let net_admin = has(CAP_NET_ADMIN) || has(CAP_SYS_ADMIN);
+    if !(bpf && net_admin) {
+        return Some(format!(
+            "loading a SCHED_CLS program needs root, or CAP_BPF and CAP_NET_ADMIN \
+             (effective capabilities: {cap_eff:#x})"
+        ));
+    }
+    match KernelVersion::current() {
+        Ok(v) if v < MIN_KERNEL => Some(format!("kernel {v} is older than {MIN_KERNEL}")),
+        Ok(_) => None,
+        Err(e) => Some(format!("cannot read the kernel version: {e}")),
+    }
+}
+
+/// A fresh copy of the classifier and its maps.
+pub struct Harness {
+    pub ebpf: Ebpf,
+    pub prog: ProgramFd,
+    pub config: Array<MapData, PacerConfig>,
+    pub counters: PerCpuArray<MapData, u64>,
+    pub agg: Array<MapData, AggregateState>,
+}
+
+/// Counter values summed over CPUs, indexed by `Counter`.
+pub type Counts = [u64; Counter::COUNT as usize];
+
+impl Harness {
+    /// Loads the classifier, or returns None after printing why the machine
+    /// cannot run it. The config starts disabled (all zero).
+    pub fn load() -> Option<Self> {
+        if let Some(reason) = skip_reason() {
+            eprintln!("skipped: {reason}");
+            return None;
+        }
+        let object = shaper::bpf::object().unwrap_or_else(|e| {
+            panic!(
+                "{e}. For this test: build the object (RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
+                 cargo build -p shaper-ebpf --release --target bpfel-unknown-none \
+                 -Z build-std=core --target-dir target/bpf), then rerun"
+            )
+        });
+        let mut ebpf = EbpfLoader::new().load(object).expect("load the BPF object");
+        let prog: &mut SchedClassifier = ebpf
+            .program_mut(EGRESS_PROGRAM)
+            .unwrap_or_else(|| panic!("no program {EGRESS_PROGRAM} in the object"))
+            .try_into()
+            .expect("shaper_egress is a classifier");
+        prog.load()
+            .unwrap_or_else(|e| panic!("loading {EGRESS_PROGRAM} (verifier log inside): {e:#?}"));
+        let prog = prog
+            .fd()
+            .expect("loaded")
+            .try_clone()
+            .expect("dup program fd");
+        let take = |ebpf: &mut Ebpf, name: &str| {
+            ebpf.take_map(name)
+                .unwrap_or_else(|| panic!("no map {name} in the object"))
+        };
+        let config = Array::try_from(take(&mut ebpf, maps::CONFIG)).expect("config map type");
+        let counters =
+            PerCpuArray::try_from(take(&mut ebpf, maps::COUNTERS)).expect("counters map type");
+        let agg = Array::try_from(take(&mut ebpf, maps::AGGREGATE)).expect("agg map type");
+        Some(Self {
+            ebpf,
+            prog,
+            config,
+            counters,
+            agg,
+        })
+    }
+
+    pub fn set_config(&mut self, config: PacerConfig) {
+        self.config.set(0, config, 0).expect("write SHAPER_CONFIG");
+    }
+
+    /// The aggregate clock, `t_next_free_ns`.
+    pub fn clock(&self) -> u64 {
+        self.agg.get(&0, 0).expect("read SHAPER_AGG").t_next_free_ns
+    }
+
+    pub fn set_clock(&mut self, t_next_free_ns: u64) {
+        let state = AggregateState {
+            t_next_free_ns,
+            ..AggregateState::default()
+        };
+        self.agg.set(0, state, 0).expect("write SHAPER_AGG");
+    }
+
+    pub fn counts(&self) -> Counts {
+        let mut out = [0; Counter::COUNT as usize];
+        for c in Counter::ALL {
+            let per_cpu = self
+                .counters
+                .get(&(c as u32), 0)
+                .expect("read SHAPER_COUNTERS");
+            out[c as usize] = per_cpu.iter().sum();
+        }
+        out
+    }
+
+    /// Runs one frame, panicking if the kernel refuses it.
+    pub fn run(&self, frame: &[u8], ctx: Option<&SkBuff>) -> TestRunOutput {
+        run_skb(self.prog.as_fd(), frame, ctx, 1)
+            .unwrap_or_else(|e| panic!("test run of a {}-byte frame: {e}", frame.len()))
+    }
+
+    /// Runs one frame and checks the verdict and that the counters moved by
+    /// exactly `expected` (each other counter by zero). `what` names the case.
+    pub fn run_expect(
+        &self,
+        what: &str,
+        frame: &[u8],
+        ctx: Option<&SkBuff>,
+        verdict: i32,
+        expected: &[(Counter, u64)],
+    ) -> TestRunOutput {
+        let before = self.counts();
+        let out = self.run(frame, ctx);
+        assert_eq!(out.retval, verdict, "{what}: verdict");
+        assert_counts_moved(what, &before, &self.counts(), expected);
+        out
+    }
+}
+
+/// Asserts `after - before` equals `expected` exactly (unlisted counters: 0).
+pub fn assert_counts_moved(
+    what: &str,
+    before: &Counts,
+    after: &Counts,
+    expected: &[(Counter, u64)],
+) {
+    let mut want = BTreeMap::new();
+    for &(c, n) in expected {
+        *want.entry(c).or_insert(0u64) += n;
+    }
+    let mut wrong = Vec::new();
+    for c in Counter::ALL {
+        let got = after[c as usize].wrapping_sub(before[c as usize]);
+        let exp = want.get(&c).copied().unwrap_or(0);
+        if got != exp {
+            wrong.push(format!("{}: +{got}, expected +{exp}", c.name()));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{what}: counters moved wrongly: {}",
+        wrong.join("; ")
+    );
+}
+
+/// The counters every packet moves when pacing is off: packets, bytes and
+/// passed_unpaced, plus `classes`.
+pub fn unpaced(len: usize, classes: &[Counter]) -> Vec<(Counter, u64)> {
+    let mut v = vec![
+        (Counter::Packets, 1),
+        (Counter::Bytes, len as u64),
+        (Counter::WireBytes, len as u64),
+        (Counter::PassedUnpaced, 1),
+    ];
+    v.extend(classes.iter().map(|&c| (c, 1)));
+    v
+}
+
+/// CLOCK_MONOTONIC in ns, the clock `bpf_ktime_get_ns` reads.
+pub fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime: {}", std::io::Error::last_os_error());
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A config that paces at `rate_bytes_per_s` with the default horizon.
+pub fn pacing_at(rate_bytes_per_s: u64) -> (PacerConfig, ScaledRate) {
+    let rate = ScaledRate::from_bytes_per_s(rate_bytes_per_s).expect("rate in range");
+    (PacerConfig::new(rate_bytes_per_s, rate), rate)
+}
+
+/// An IPv4/UDP frame of exactly `len` bytes.
+pub fn udp_frame(len: usize) -> Vec<u8> {
+    let headers = ETH_HLEN + 20 + 8;
+    assert!(len >= headers);
+    let p = Frame::ipv4(Ipv4::new(Transport::Udp {
+        payload_len: len - headers,
+    }))
+    .build();
+    assert_eq!(p.len(), len);
+    p.bytes
+}

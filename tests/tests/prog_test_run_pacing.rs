@@ -1,0 +1,330 @@
+//! The egress classifier's pacing through `BPF_PROG_TEST_RUN`: departure
+//! times back to back, the horizon, socket timestamps, GSO wire length.
+//! Each test loads a fresh copy of the object; counter checks are exact.
+//!
+//! Run: `cargo test -p shaper-tests --test prog_test_run_pacing -- --test-threads=1`
+
+use shaper::bpf::test_run::SkBuff;
+use shaper_common::{config::DEFAULT_HORIZON_NS, counters::Counter};
+use shaper_tests::{
+    bpf_harness::*,
+    packets::{ETH_HLEN, Frame, Ipv4, Transport},
+};
+
+// ---------------------------------------------------------------------------
+// Pacing
+// ---------------------------------------------------------------------------
+
+#[test]
+fn pacing_disabled_leaves_tstamp_and_clock_alone() {
+    let Some(mut h) = Harness::load() else { return };
+    let (mut config, _) = pacing_at(10_000);
+    config.flags = 0;
+    h.set_config(config);
+    let frame = udp_frame(200);
+    for tstamp in [0, 123_456_789, monotonic_ns() + 1_000_000_000] {
+        let ctx = SkBuff {
+            tstamp,
+            ..SkBuff::default()
+        };
+        let out = h.run_expect(
+            "pacing off",
+            &frame,
+            Some(&ctx),
+            PASS,
+            &unpaced(frame.len(), &[Counter::Ipv4, Counter::Udp]),
+        );
+        assert_eq!(out.ctx.tstamp, tstamp, "pacing off must not touch tstamp");
+        assert_eq!(out.data, frame, "the classifier never rewrites the packet");
+    }
+    assert_eq!(h.clock(), 0, "pacing off must not touch the clock");
+}
+
+#[test]
+fn enabled_flag_with_zero_rate_shift_counts_as_disabled() {
+    let Some(mut h) = Harness::load() else { return };
+    let (mut config, _) = pacing_at(10_000);
+    config.rate_shift = 0;
+    h.set_config(config);
+    let frame = udp_frame(100);
+    let out = h.run_expect(
+        "rate_shift 0",
+        &frame,
+        None,
+        PASS,
+        &unpaced(frame.len(), &[Counter::Ipv4, Counter::Udp]),
+    );
+    assert_eq!(out.ctx.tstamp, 0);
+    assert_eq!(h.clock(), 0);
+}
+
+#[test]
+fn back_to_back_packets_depart_one_transmission_time_apart() {
+    let Some(mut h) = Harness::load() else { return };
+    // 80 kbit/s: 100 us per byte, so a 200-byte frame occupies 20 ms, far
+    // longer than the few microseconds between two syscalls.
+    let (config, rate) = pacing_at(10_000);
+    h.set_config(config);
+    let lens = [200usize, 1000, 60, 1500, 64];
+    let classes = [Counter::Ipv4, Counter::Udp];
+
+    // First packet: the clock is idle (0), so it passes unstamped and the
+    // clock restarts at now + its transmission time.
+    let first = udp_frame(lens[0]);
+    let t0 = monotonic_ns();
+    let out = h.run_expect(
+        "first packet",
+        &first,
+        None,
+        PASS,
+        &unpaced(lens[0], &classes),
+    );
+    let t1 = monotonic_ns();
+    assert_eq!(out.ctx.tstamp, 0, "an idle clock must not stamp");
+    let tx0 = rate.tx_time_ns(lens[0] as u32);
+    let mut clock = h.clock();
+    assert!(
+        (t0 + tx0..=t1 + tx0).contains(&clock),
+        "clock {clock} must be now + {tx0} with now in [{t0}, {t1}]"
+    );
+
+    // Later packets: each departs when the previous one's transmission ends.
+    for &len in &lens[1..] {
+        let frame = udp_frame(len);
+        let expected = [
+            (Counter::Packets, 1),
+            (Counter::Bytes, len as u64),
+            (Counter::WireBytes, len as u64),
+            (Counter::Paced, 1),
+            (Counter::Ipv4, 1),
+            (Counter::Udp, 1),
+        ];
+        let out = h.run_expect("back-to-back packet", &frame, None, PASS, &expected);
+        assert_eq!(
+            out.ctx.tstamp, clock,
+            "{len}-byte packet departs at the clock"
+        );
+        let tx = rate.tx_time_ns(len as u32);
+        assert_eq!(
+            tx,
+            len as u64 * 100_000,
+            "10 kB/s is exactly 100 us per byte"
+        );
+        let next = h.clock();
+        assert_eq!(
+            next,
+            clock + tx,
+            "the clock advances by the {len}-byte transmission time"
+        );
+        clock = next;
+    }
+    assert!(
+        clock - monotonic_ns() < DEFAULT_HORIZON_NS,
+        "test stayed inside the horizon"
+    );
+}
+
+#[test]
+fn clock_beyond_horizon_drops_without_advancing() {
+    let Some(mut h) = Harness::load() else { return };
+    let (mut config, _) = pacing_at(10_000);
+    config.horizon_ns = 1_000_000_000;
+    h.set_config(config);
+    let frame = udp_frame(100);
+    let classes = [
+        (Counter::Packets, 1),
+        (Counter::Bytes, 100),
+        (Counter::WireBytes, 100),
+        (Counter::Ipv4, 1),
+        (Counter::Udp, 1),
+    ];
+
+    // 5 s ahead with a 1 s horizon: drop, clock unchanged, tstamp untouched.
+    let far = monotonic_ns() + 5_000_000_000;
+    h.set_clock(far);
+    let mut expected = classes.to_vec();
+    expected.push((Counter::HorizonDrop, 1));
+    let out = h.run_expect("beyond horizon", &frame, None, DROP, &expected);
+    assert_eq!(out.ctx.tstamp, 0);
+    assert_eq!(h.clock(), far, "a drop must not advance the clock");
+
+    // 0.5 s ahead is inside the horizon: paced at the clock.
+    let near = monotonic_ns() + 500_000_000;
+    h.set_clock(near);
+    let mut expected = classes.to_vec();
+    expected.push((Counter::Paced, 1));
+    let out = h.run_expect("inside horizon", &frame, None, PASS, &expected);
+    assert_eq!(out.ctx.tstamp, near);
+}
+
+/// Regression: GSO super-packets were charged `skb->len`, one set of
+/// headers for many segments, so TCP with GSO got slightly more than the rate.
+#[test]
+fn gso_packet_is_charged_its_wire_length() {
+    let Some(mut h) = Harness::load() else { return };
+    let (config, rate) = pacing_at(1_000_000);
+    h.set_config(config);
+    let segs = 4u32;
+    // Test runs take at most about 3.7 KiB of packet.
+    let mss = 800usize;
+    // Ethernet + IPv4 + TCP with 12 bytes of options: 66 bytes of headers.
+    let headers = ETH_HLEN + 20 + 20 + 12;
+    let frame = Frame::ipv4(Ipv4::new(Transport::Tcp {
+        options: vec![1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2],
+        payload_len: segs as usize * mss,
+    }))
+    .build()
+    .bytes;
+    let len = frame.len();
+    assert_eq!(len, headers + segs as usize * mss);
+    let wire = len as u64 + u64::from(segs - 1) * headers as u64;
+    let ctx = SkBuff {
+        gso_segs: segs,
+        gso_size: mss as u32,
+        ..SkBuff::default()
+    };
+    let near = monotonic_ns() + 100_000_000;
+    h.set_clock(near);
+    let expected = [
+        (Counter::Packets, 1),
+        (Counter::Bytes, len as u64),
+        (Counter::WireBytes, wire),
+        (Counter::Paced, 1),
+        (Counter::Ipv4, 1),
+        (Counter::Tcp, 1),
+    ];
+    let out = h.run_expect("gso tcp", &frame, Some(&ctx), PASS, &expected);
+    assert_eq!(out.ctx.tstamp, near);
+    assert_eq!(
+        h.clock(),
+        near + rate.tx_time_ns(wire as u32),
+        "the clock advances by the wire length, not skb->len"
+    );
+
+    // Without GSO the same bytes are charged as they are.
+    let plain = udp_frame(600);
+    h.set_clock(near);
+    let out = h.run_expect(
+        "plain udp",
+        &plain,
+        None,
+        PASS,
+        &[
+            (Counter::Packets, 1),
+            (Counter::Bytes, 600),
+            (Counter::WireBytes, 600),
+            (Counter::Paced, 1),
+            (Counter::Ipv4, 1),
+            (Counter::Udp, 1),
+        ],
+    );
+    assert_eq!(out.ctx.tstamp, near);
+    assert_eq!(h.clock(), near + rate.tx_time_ns(600));
+}
+
+#[test]
+fn socket_tstamp_later_than_clock_is_kept() {
+    let Some(mut h) = Harness::load() else { return };
+    let (config, rate) = pacing_at(10_000);
+    h.set_config(config);
+    let frame = udp_frame(100);
+    let tx = rate.tx_time_ns(100);
+    let now = monotonic_ns();
+    // The clock is busy 10 ms ahead, but the socket (TCP EDT) asks for 500 ms:
+    // the packet keeps its own time and the clock restarts from it.
+    h.set_clock(now + 10_000_000);
+    let wanted = now + 500_000_000;
+    let ctx = SkBuff {
+        tstamp: wanted,
+        ..SkBuff::default()
+    };
+    let out = h.run_expect(
+        "socket tstamp later than clock",
+        &frame,
+        Some(&ctx),
+        PASS,
+        &unpaced(100, &[Counter::Ipv4, Counter::Udp]),
+    );
+    assert_eq!(
+        out.ctx.tstamp, wanted,
+        "a later socket timestamp must be kept"
+    );
+    assert_eq!(h.clock(), wanted + tx);
+}
+
+#[test]
+fn socket_tstamp_earlier_than_clock_is_paced_to_clock() {
+    let Some(mut h) = Harness::load() else { return };
+    let (config, rate) = pacing_at(10_000);
+    h.set_config(config);
+    let frame = udp_frame(100);
+    let now = monotonic_ns();
+    let clock = now + 100_000_000;
+    h.set_clock(clock);
+    let ctx = SkBuff {
+        tstamp: now + 10_000_000,
+        ..SkBuff::default()
+    };
+    let expected = [
+        (Counter::Packets, 1),
+        (Counter::Bytes, 100),
+        (Counter::WireBytes, 100),
+        (Counter::Paced, 1),
+        (Counter::Ipv4, 1),
+        (Counter::Udp, 1),
+    ];
+    let out = h.run_expect(
+        "socket tstamp earlier than clock",
+        &frame,
+        Some(&ctx),
+        PASS,
+        &expected,
+    );
+    assert_eq!(
+        out.ctx.tstamp, clock,
+        "an earlier socket timestamp is pushed to the clock"
+    );
+    assert_eq!(h.clock(), clock + rate.tx_time_ns(100));
+}
+
+#[test]
+fn truncated_and_non_ip_frames_are_paced_too() {
+    let Some(mut h) = Harness::load() else { return };
+    let (config, rate) = pacing_at(10_000);
+    h.set_config(config);
+    let clock = monotonic_ns() + 100_000_000;
+    h.set_clock(clock);
+    let arp = Frame::arp().build();
+    let out = h.run_expect(
+        "arp while busy",
+        &arp.bytes,
+        None,
+        PASS,
+        &[
+            (Counter::Packets, 1),
+            (Counter::Bytes, 42),
+            (Counter::WireBytes, 42),
+            (Counter::Paced, 1),
+            (Counter::NonIp, 1),
+        ],
+    );
+    assert_eq!(out.ctx.tstamp, clock);
+    // Cut inside the TCP header: 14 + 20 + 10 bytes.
+    let cut = Frame::ipv4(Ipv4::new(Transport::tcp()))
+        .build()
+        .truncated(44);
+    let out = h.run_expect(
+        "truncated while busy",
+        &cut,
+        None,
+        PASS,
+        &[
+            (Counter::Packets, 1),
+            (Counter::Bytes, 44),
+            (Counter::WireBytes, 44),
+            (Counter::Paced, 1),
+            (Counter::Truncated, 1),
+        ],
+    );
+    assert_eq!(out.ctx.tstamp, clock + rate.tx_time_ns(42));
+}
