@@ -146,20 +146,25 @@ pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
         .map_err(|e| AttachError::Load {
             detail: format!("{e:#}"),
         })?;
-    let program: &mut SchedClassifier = ebpf
-        .program_mut(EGRESS_PROGRAM)
+    classifier(&mut ebpf)?
+        .load()
+        .map_err(|e| AttachError::Load {
+            detail: format!("{e:#}"),
+        })?;
+    write_config(&mut ebpf, config)?;
+    Ok(ebpf)
+}
+
+/// The egress classifier in the loaded object.
+fn classifier(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, AttachError> {
+    ebpf.program_mut(EGRESS_PROGRAM)
         .ok_or_else(|| AttachError::Load {
             detail: format!("the object has no program {EGRESS_PROGRAM}"),
         })?
         .try_into()
         .map_err(|e| AttachError::Load {
             detail: format!("{EGRESS_PROGRAM} is not a TC classifier: {e}"),
-        })?;
-    program.load().map_err(|e| AttachError::Load {
-        detail: format!("{e:#}"),
-    })?;
-    write_config(&mut ebpf, config)?;
-    Ok(ebpf)
+        })
 }
 
 fn write_config(ebpf: &mut Ebpf, config: &PacerConfig) -> Result<(), AttachError> {
@@ -246,15 +251,7 @@ fn attach_steps(
     // 6. The classifier.
     fs::create_dir_all(&paths.pin_dir).map_err(|e| pin_err("create", &paths.pin_dir, e))?;
     clear_pins(&paths.pin_dir);
-    let program: &mut SchedClassifier = ebpf
-        .program_mut(EGRESS_PROGRAM)
-        .ok_or_else(|| AttachError::Load {
-            detail: format!("the object has no program {EGRESS_PROGRAM}"),
-        })?
-        .try_into()
-        .map_err(|e| AttachError::Load {
-            detail: format!("{e}"),
-        })?;
+    let program = classifier(ebpf)?;
     let classifier_err = |step: &'static str| {
         move |e: aya::programs::ProgramError| AttachError::Classifier {
             step,

@@ -11,9 +11,11 @@ use std::{fs, io, path::PathBuf};
 use crate::link::Link;
 
 /// Capability numbers (include/uapi/linux/capability.h).
-const CAP_NET_ADMIN: u32 = 12;
-const CAP_SYS_ADMIN: u32 = 21;
-const CAP_BPF: u32 = 39;
+pub const CAP_NET_ADMIN: u32 = 12;
+/// See [`CAP_NET_ADMIN`].
+pub const CAP_SYS_ADMIN: u32 = 21;
+/// See [`CAP_NET_ADMIN`].
+pub const CAP_BPF: u32 = 39;
 
 /// A check that failed. Every message says what to do.
 #[derive(Debug, thiserror::Error)]
@@ -146,7 +148,8 @@ impl Capabilities {
             .map(|effective| Self { effective })
     }
 
-    fn has(self, cap: u32) -> bool {
+    /// True if capability number `cap` is in the effective set.
+    pub fn has(self, cap: u32) -> bool {
         self.effective & (1u64 << cap) != 0
     }
 

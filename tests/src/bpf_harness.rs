@@ -14,7 +14,10 @@ use aya::{
     programs::{ProgramFd, SchedClassifier},
     util::KernelVersion,
 };
-use shaper::bpf::test_run::{SkBuff, TestRunOutput, run_skb};
+use shaper::{
+    bpf::test_run::{SkBuff, TestRunOutput, run_skb},
+    checks::{CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN, Capabilities},
+};
 use shaper_common::{
     EGRESS_PROGRAM,
     config::{AggregateState, PacerConfig},
@@ -40,22 +43,12 @@ pub const MIN_KERNEL: KernelVersion = KernelVersion::new(5, 18, 0);
 
 /// Why this machine cannot run the tests, if it cannot.
 pub fn skip_reason() -> Option<String> {
-    const CAP_NET_ADMIN: u32 = 12;
-    const CAP_SYS_ADMIN: u32 = 21;
-    const CAP_BPF: u32 = 39;
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    let has = |cap: u32| cap_eff & (1 << cap) != 0;
-    let bpf = has(CAP_BPF) || has(CAP_SYS_ADMIN);
-    let net_admin = has(CAP_NET_ADMIN) || has(CAP_SYS_ADMIN);
+    let caps = Capabilities::current().expect("read /proc/self/status");
+    let bpf = caps.has(CAP_BPF) || caps.has(CAP_SYS_ADMIN);
+    let net_admin = caps.has(CAP_NET_ADMIN) || caps.has(CAP_SYS_ADMIN);
     if !(bpf && net_admin) {
         return Some(format!(
-            "loading a SCHED_CLS program needs root, or CAP_BPF and CAP_NET_ADMIN \
-             (effective capabilities: {cap_eff:#x})"
+            "loading a SCHED_CLS program needs root, or CAP_BPF and CAP_NET_ADMIN ({caps:?})"
         ));
     }
     match KernelVersion::current() {

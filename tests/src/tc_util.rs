@@ -12,7 +12,10 @@
 
 use std::{ffi::CString, io::Read, process::Command};
 
-use shaper::tc::{self, Attr, Snapshot, TcError};
+use shaper::{
+    checks::{CAP_NET_ADMIN, CAP_SYS_ADMIN, Capabilities},
+    tc::{self, Attr, Snapshot, TcError},
+};
 
 use crate::netns::NetNsGuard;
 
@@ -151,15 +154,8 @@ pub fn kernel_config(option: &str) -> Option<String> {
 /// Why this machine cannot run the tc tests, if it cannot: they need
 /// CAP_NET_ADMIN and CAP_SYS_ADMIN (for namespaces) and the `tc` tool.
 pub fn skip_reason() -> Option<String> {
-    const CAP_NET_ADMIN: u32 = 12;
-    const CAP_SYS_ADMIN: u32 = 21;
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let cap_eff = status
-        .lines()
-        .find_map(|l| l.strip_prefix("CapEff:"))
-        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-        .unwrap_or(0);
-    if cap_eff & (1 << CAP_NET_ADMIN) == 0 || cap_eff & (1 << CAP_SYS_ADMIN) == 0 {
+    let caps = Capabilities::current().expect("read /proc/self/status");
+    if !caps.has(CAP_NET_ADMIN) || !caps.has(CAP_SYS_ADMIN) {
         return Some("needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root)".into());
     }
     if !Command::new("tc")
