@@ -331,7 +331,12 @@ fn attach_steps(
             .ok_or_else(|| pin_err("find map for", &path, name))?;
         map.pin(&path).map_err(|e| pin_err("pin", &path, e))?;
     }
-    info!(iface, mode = ?record.attach, pins = %paths.pin_dir.display(), "attached");
+    info!(
+        iface,
+        mode = if record.attach == Some(AttachMode::Tcx) { "tcx" } else { "tc clsact" },
+        pins = %paths.pin_dir.display(),
+        "attached"
+    );
     Ok(())
 }
 

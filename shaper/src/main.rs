@@ -1,6 +1,8 @@
 //! `shaper`: the command-line entry point. Parses, dispatches, and maps
 //! errors to exit codes: 0 ok, 1 failure, 2 usage (nothing was changed).
 
+use std::io::IsTerminal;
+
 use clap::Parser;
 use shaper::{
     attach::AttachError, checks::CheckError, cli, commands, config::ConfigError, link::LinkError,
@@ -35,6 +37,7 @@ fn main() {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let cli = cli::Cli::parse();
     let result = match cli.command {
