@@ -22,12 +22,13 @@ use std::{fs, io, path::Path};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, Map},
+    maps::{Array, Map, MapError},
     programs::{
-        SchedClassifier, TcAttachType,
-        links::{FdLink, Link as _, PinnedLink},
+        ProgramError, SchedClassifier, TcAttachType,
+        links::{FdLink, Link as _, LinkError, PinnedLink},
         tc::{NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle},
     },
+    sys::SyscallError,
     util::KernelVersion,
 };
 use shaper_common::{EGRESS_PROGRAM, config::PacerConfig, maps};
@@ -394,7 +395,8 @@ pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
                         .map(drop)
                         .map_err(|e| pin_err("unpin the TCX link at", &path, e)),
                 ),
-                Err(e) if is_not_found(&e) => {}
+                Err(LinkError::SyscallError(SyscallError { io_error, .. }))
+                    if io_error.kind() == io::ErrorKind::NotFound => {}
                 Err(e) => keep(Err(pin_err("open the TCX link at", &path, e))),
             }
         }
@@ -407,16 +409,19 @@ pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
                 None,
             )
             .map_err(|e| e.to_string())
-            .and_then(|l| l.detach().map_err(|e| format!("{e:#}")));
-            if let Err(detail) = detached {
+            .and_then(|l| match l.detach() {
                 // Already gone (e.g. clsact deleted by hand) is fine.
-                if !detail.contains("No such file") && !detail.contains("os error 2") {
-                    keep(Err(AttachError::Classifier {
-                        step: "detaching the classifier",
-                        iface: iface.to_owned(),
-                        detail,
-                    }));
+                Err(ProgramError::NetlinkError(e)) if e.raw_os_error() == Some(libc::ENOENT) => {
+                    Ok(())
                 }
+                other => other.map_err(|e| format!("{e:#}")),
+            });
+            if let Err(detail) = detached {
+                keep(Err(AttachError::Classifier {
+                    step: "detaching the classifier",
+                    iface: iface.to_owned(),
+                    detail,
+                }));
             }
         }
         _ => {}
@@ -452,24 +457,17 @@ pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
     }
 }
 
-fn is_not_found(e: &aya::programs::links::LinkError) -> bool {
-    let text = format!("{e:?}");
-    text.contains("NotFound") || text.contains("os error 2")
-}
-
 /// Opens a pinned map; `None` when the pin is not visible.
 pub fn open_pinned(path: &Path) -> Result<Option<Map>, AttachError> {
     match aya::maps::MapData::from_pin(path) {
         Ok(data) => Map::from_map_data(data)
             .map(Some)
             .map_err(|e| pin_err("open", path, e)),
-        Err(e) => {
-            let text = format!("{e:?}");
-            if text.contains("NotFound") || !path.exists() {
-                Ok(None)
-            } else {
-                Err(pin_err("open", path, io::Error::other(text)))
-            }
+        Err(MapError::SyscallError(SyscallError { io_error, .. }))
+            if io_error.kind() == io::ErrorKind::NotFound =>
+        {
+            Ok(None)
         }
+        Err(e) => Err(pin_err("open", path, e)),
     }
 }
