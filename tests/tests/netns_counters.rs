@@ -9,7 +9,8 @@
 use std::{fs, net::UdpSocket};
 
 use aya::{
-    maps::PerCpuArray,
+    Ebpf,
+    maps::{MapData, PerCpuArray},
     programs::{SchedClassifier, TcAttachType},
 };
 use shaper_common::{EGRESS_PROGRAM, config::PacerConfig, counters::Counter, maps};
@@ -40,6 +41,23 @@ fn tx_stats(dev: &str) -> (u64, u64) {
         .unwrap_or_default();
     // Receive: 8 fields, then transmit: bytes, packets, ...
     (fields[8], fields[9])
+}
+
+/// Loads the classifier with `config`; returns the object and its counters
+/// (taken out of it, so the program can be borrowed alongside).
+fn load_counting(config: &PacerConfig) -> (Ebpf, PerCpuArray<MapData, u64>) {
+    let mut ebpf = shaper::attach::load(config).expect("load the classifier");
+    let counters = PerCpuArray::try_from(ebpf.take_map(maps::COUNTERS).expect("counters map"))
+        .expect("per-cpu array");
+    (ebpf, counters)
+}
+
+/// The egress classifier in a loaded object.
+fn classifier(ebpf: &mut Ebpf) -> &mut SchedClassifier {
+    ebpf.program_mut(EGRESS_PROGRAM)
+        .expect("program")
+        .try_into()
+        .expect("classifier")
 }
 
 fn tc_state(dev: &str) -> String {
@@ -85,15 +103,8 @@ fn hook_counters_equal_what_was_sent_and_detach_leaves_no_trace() {
             .scaled(),
     );
     config.flags = 0;
-    let mut ebpf = shaper::attach::load(&config).expect("load the classifier");
-    let counters: PerCpuArray<_, u64> =
-        PerCpuArray::try_from(ebpf.take_map(maps::COUNTERS).expect("counters map"))
-            .expect("per-cpu array");
-    let program: &mut SchedClassifier = ebpf
-        .program_mut(EGRESS_PROGRAM)
-        .expect("program")
-        .try_into()
-        .expect("classifier");
+    let (mut ebpf, counters) = load_counting(&config);
+    let program = classifier(&mut ebpf);
     // Below 6.6 (no TCX) the classifier goes on clsact, as `shaper run` does.
     let ifindex = shaper::link::link_by_name("va0").expect("va0").ifindex;
     let tcx = shaper::attach::kernel_has_tcx();
@@ -188,15 +199,8 @@ fn device_without_link_header_is_parsed_from_the_ip_header() {
     };
     // Once as `shaper run` configures it, once wrongly as if it were Ethernet.
     for (has_l2, want_ipv4) in [(link.has_l2_header, true), (true, false)] {
-        let mut ebpf = shaper::attach::load(&config_for(has_l2)).expect("load");
-        let counters: PerCpuArray<_, u64> =
-            PerCpuArray::try_from(ebpf.take_map(maps::COUNTERS).expect("counters map"))
-                .expect("per-cpu array");
-        let program: &mut SchedClassifier = ebpf
-            .program_mut(EGRESS_PROGRAM)
-            .expect("program")
-            .try_into()
-            .expect("classifier");
+        let (mut ebpf, counters) = load_counting(&config_for(has_l2));
+        let program = classifier(&mut ebpf);
         let tcx = shaper::attach::kernel_has_tcx();
         if !tcx {
             shaper::tc::add_clsact(link.ifindex).expect("add clsact");
