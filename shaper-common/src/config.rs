@@ -1,7 +1,7 @@
 //! The pacer's configuration map value, written by the controller and read by
 //! the classifier on every packet.
 //!
-//! Invariants: `#[repr(C)]`, 64 bytes, no implicit padding (asserted below);
+//! Invariants: `#[repr(C)]`, 128 bytes, no implicit padding (asserted below);
 //! `reserved` lets fields be added without changing the size, so a newer
 //! controller can still read an older pinned map. Booleans are `u32` flags.
 //!
@@ -16,10 +16,23 @@ pub const FLAG_ENABLED: u32 = 1 << 0;
 /// packets start at the network header and `skb->protocol` names it.
 pub const FLAG_NO_L2: u32 = 1 << 1;
 
+/// Flag: the fair per-flow pacer (`crate::fair`); clear: the aggregate
+/// pacer (`crate::edt`), kept for comparison.
+pub const FLAG_FAIR: u32 = 1 << 2;
+/// Flag: CE-mark ECN-capable packets instead of dropping them.
+pub const FLAG_ECN: u32 = 1 << 3;
+
 /// Default horizon: a packet that would leave more than this far in the
-/// future is dropped instead of handed to sch_fq (same default as Cilium's
-/// EDT; sch_fq's own default horizon is 10 s, commit 39d010504e6b).
-pub const DEFAULT_HORIZON_NS: u64 = 2_000_000_000;
+/// future is dropped instead of handed to sch_fq. Cilium's EDT uses 2 s and
+/// sch_fq 10 s (commit 39d010504e6b); with CoDel keeping each flow's delay
+/// near target, only unresponsive flows reach it, and 500 ms bounds what
+/// sch_fq holds to half a second of the rate.
+pub const DEFAULT_HORIZON_NS: u64 = 500_000_000;
+
+/// CoDel's default target (RFC 8289).
+pub const DEFAULT_TARGET_NS: u64 = 5_000_000;
+/// CoDel's default interval (RFC 8289).
+pub const DEFAULT_INTERVAL_NS: u64 = 100_000_000;
 
 /// Configuration of the egress pacer. Exactly one entry, at index 0.
 #[repr(C)]
@@ -37,24 +50,61 @@ pub struct PacerConfig {
     pub flags: u32,
     /// Bumped by the controller on every change, so readers can tell.
     pub generation: u64,
+    /// CoDel target on each flow's scheduled delay.
+    pub target_ns: u64,
+    /// CoDel interval; below 2^32 (see `crate::codel`).
+    pub interval_ns: u64,
+    /// A flow idle this long may give its table slot to another.
+    pub flow_idle_ns: u64,
+    /// Flow table sets minus one (the set count is a power of two).
+    pub flow_sets_mask: u32,
+    /// Padding; zero.
+    pub pad: u32,
+    /// Seed of the flow hash, chosen at load time.
+    pub hash_seed: u64,
     /// Room for later fields; always zero for now.
-    pub reserved: [u64; 3],
+    pub reserved: [u64; 6],
 }
 
-const _: () = assert!(core::mem::size_of::<PacerConfig>() == 64);
+const _: () = assert!(core::mem::size_of::<PacerConfig>() == 128);
 
 impl PacerConfig {
-    /// A configuration that paces at `rate` with the default horizon.
+    /// A configuration of the fair pacer at `rate` with every default.
     pub fn new(rate_bytes_per_s: u64, rate: ScaledRate) -> Self {
         Self {
             ns_per_byte_scaled: rate.ns_per_byte_scaled,
             rate_bytes_per_s,
             horizon_ns: DEFAULT_HORIZON_NS,
             rate_shift: rate.shift,
-            flags: FLAG_ENABLED,
+            flags: FLAG_ENABLED | FLAG_FAIR | FLAG_ECN,
             generation: 1,
-            reserved: [0; 3],
+            target_ns: DEFAULT_TARGET_NS,
+            interval_ns: DEFAULT_INTERVAL_NS,
+            flow_idle_ns: crate::flow::DEFAULT_FLOW_IDLE_NS,
+            flow_sets_mask: crate::flow::DEFAULT_FLOWS / crate::flow::WAYS as u32 - 1,
+            pad: 0,
+            hash_seed: 0,
+            reserved: [0; 6],
         }
+    }
+
+    /// The per-flow decision's parameters.
+    #[inline(always)]
+    pub fn fair_params(&self) -> crate::fair::FairParams {
+        crate::fair::FairParams {
+            codel: crate::codel::CodelParams {
+                target_ns: self.target_ns,
+                interval_ns: self.interval_ns,
+            },
+            horizon_ns: self.horizon_ns,
+            ecn: self.flags & FLAG_ECN != 0,
+        }
+    }
+
+    /// True when the fair pacer runs (else the aggregate one).
+    #[inline(always)]
+    pub fn fair(&self) -> bool {
+        self.flags & FLAG_FAIR != 0
     }
 
     /// The rate in the form [`ScaledRate::tx_time_ns`] needs.
@@ -93,4 +143,8 @@ mod pod {
     unsafe impl aya::Pod for super::PacerConfig {}
     // SAFETY: as above.
     unsafe impl aya::Pod for super::AggregateState {}
+    // SAFETY: as above (size asserted in `crate::fair`).
+    unsafe impl aya::Pod for crate::fair::FairState {}
+    // SAFETY: as above (size asserted in `crate::flow`).
+    unsafe impl aya::Pod for crate::flow::FlowSet {}
 }

@@ -39,11 +39,19 @@ pub enum Counter {
     /// Bytes on the wire: `Bytes`, plus the headers each GSO segment after
     /// the first repeats. What the pacer charges.
     WireBytes,
+    /// CE-marked by the AQM (ECN-capable packets, kept).
+    CeMarked,
+    /// Dropped by the AQM (packets that are not ECN-capable).
+    AqmDrop,
+    /// A new flow found every way of its set backlogged and shares one.
+    FlowTableFull,
+    /// A flow took over a table slot (new, or replacing an idle flow).
+    FlowNew,
 }
 
 impl Counter {
     /// Number of counters; the array's size.
-    pub const COUNT: u32 = Counter::WireBytes as u32 + 1;
+    pub const COUNT: u32 = Counter::FlowNew as u32 + 1;
 
     /// All counters in index order.
     pub const ALL: [Counter; Counter::COUNT as usize] = [
@@ -62,6 +70,10 @@ impl Counter {
         Counter::Vlan,
         Counter::Truncated,
         Counter::WireBytes,
+        Counter::CeMarked,
+        Counter::AqmDrop,
+        Counter::FlowTableFull,
+        Counter::FlowNew,
     ];
 
     /// Stable snake_case name, used by `shaper status` and exporters.
@@ -82,6 +94,10 @@ impl Counter {
             Counter::Vlan => "vlan",
             Counter::Truncated => "truncated",
             Counter::WireBytes => "wire_bytes",
+            Counter::CeMarked => "ce_marked",
+            Counter::AqmDrop => "aqm_drop",
+            Counter::FlowTableFull => "flow_table_full",
+            Counter::FlowNew => "flow_new",
         }
     }
 }

@@ -10,9 +10,12 @@
 //! needs an allocator or floating point.
 #![no_std]
 
+pub mod codel;
 pub mod config;
 pub mod counters;
 pub mod edt;
+pub mod fair;
+pub mod flow;
 pub mod rate;
 
 /// Names of the maps the classifier exports; the controller pins them under
@@ -24,7 +27,14 @@ pub mod maps {
     pub const COUNTERS: &str = "SHAPER_COUNTERS";
     /// `Array<AggregateState>` with one entry.
     pub const AGGREGATE: &str = "SHAPER_AGG";
+    /// `Array<FairState>` with one entry.
+    pub const FAIR: &str = "SHAPER_FAIR";
+    /// `Array<FlowSet>`, one entry per set of the flow table.
+    pub const FLOWS: &str = "SHAPER_FLOWS";
 }
 
 /// Name of the egress classifier program in the object file.
 pub const EGRESS_PROGRAM: &str = "shaper_egress";
+
+/// Name of a classifier that only passes packets, the benchmark's baseline.
+pub const PASSTHROUGH_PROGRAM: &str = "shaper_passthrough";

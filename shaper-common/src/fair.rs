@@ -1,0 +1,488 @@
+//! The fair EDT pacer: a departure clock per flow, paced at one fair-share
+//! rate that a feedback loop keeps at the water level, with CoDel on each
+//! flow's scheduled delay.
+//!
+//! Method.
+//! - Each flow keeps a VirtualClock (L. Zhang, SIGCOMM 1990): `t_next`, the
+//!   earliest departure of its next packet. A packet arriving when the clock
+//!   is idle (`t_next <= now`) leaves at once, unstamped: a flow sending below
+//!   its share is never delayed (the sparse-flow rule of RFC 8290, 4.4, with
+//!   no separate queue). Otherwise it is stamped `t_next` (written to
+//!   `skb->tstamp`, enforced by sch_fq, as in Carousel, Saeed et al.,
+//!   SIGCOMM 2017). Either way the clock advances by the packet's
+//!   transmission time at the *fair share*.
+//! - The fair share is the aggregate rate divided by a multiplier `m` (Q16):
+//!   a packet's fair transmission time is `tx_at_rate * m >> 16`. `m` is the
+//!   inverse water level of Core-Stateless Fair Queueing (Stoica, Shenker,
+//!   Zhang, SIGCOMM 1998): the rate alpha with sum(min(r_i, alpha)) = C.
+//!   CSFQ corrects alpha each window by the ratio of capacity to accepted
+//!   traffic; here the accepted traffic of an epoch is the transmission time
+//!   (at the aggregate rate) of every packet *scheduled to depart* in it,
+//!   so the ratio needs no division: `m' = m * scheduled_ns >> EPOCH_SHIFT`.
+//!   The step is halved (`m' = (m + m * ratio) / 2`) and clamped to [1/2, 2]
+//!   per epoch against oscillation, since packets stamped earlier feed the
+//!   measurement. Backlogged flows thus get equal shares whatever their RTT
+//!   or congestion control, and whatever flows leave unused (a flow that
+//!   dips after a drop, a sparse flow) is handed to the others within a few
+//!   epochs: the pacer is work conserving.
+//! - AQM: CoDel's control law (RFC 8289, see [`crate::codel`]) on each
+//!   packet's scheduled delay. ECN-capable packets are CE-marked and kept;
+//!   others are dropped. A packet whose departure would lie beyond the
+//!   horizon is dropped, which bounds what sch_fq holds per flow and, since
+//!   the flows' shares sum to the rate, in total (rate × horizon).
+//!
+//! Invariants.
+//! - `m >= 1.0` (no flow is paced faster than the aggregate rate) and
+//!   `m < 2^32` (shares down to rate / 65536 per flow).
+//! - A packet never departs before `max(now, its own tstamp)`: a socket that
+//!   paces itself is never pulled earlier.
+//! - Aggregate bound: in steady state the stamped departures of every epoch
+//!   sum to the rate. After a change in demand the feedback settles within a
+//!   few epochs; the simulator checks that every window of 10 ms or more
+//!   carries at most rate × window plus one burst quantum.
+//!
+//! Units: nanoseconds of CLOCK_MONOTONIC; transmission times are at the
+//! aggregate rate unless named `fair`; `m` is Q16.
+//!
+//! Concurrency (BPF side): flow state is updated without locks. A flow's
+//! packets normally arrive on one CPU (RSS, RPS and XPS steer a flow to one
+//! queue); a race costs at most a packet of burst or one CoDel step. The
+//! epoch state is shared by all CPUs: scheduled time is added atomically,
+//! and exactly one CPU (the one that wins a compare-and-swap on the epoch
+//! number) runs the update.
+//!
+//! Non-goals: weights, DiffServ tins, host isolation; exact fairness within
+//! an epoch (the share adapts per epoch, fairness is over several).
+
+use crate::codel::{CodelParams, codel_signal};
+use crate::flow::FlowEntry;
+
+/// `1.0` in the Q16 fixed point of the fair-share multiplier.
+pub const MULT_ONE: u64 = 1 << 16;
+/// The largest multiplier (exclusive): shares below rate / 65536 are not
+/// represented.
+pub const MULT_MAX: u64 = 1 << 32;
+
+/// log2 of the epoch length in ns: 2^23 ns = 8.39 ms, the fair share's
+/// update period (CSFQ's window; the "about 10 ms").
+pub const EPOCH_SHIFT: u32 = 23;
+/// The epoch length in ns.
+pub const EPOCH_NS: u64 = 1 << EPOCH_SHIFT;
+/// Epochs ahead whose scheduled departures are counted separately; later
+/// departures count in the last of them, which keeps the long-run average
+/// right for flows with deep queues.
+pub const EPOCH_RING: usize = 16;
+
+/// State shared by all CPUs. One entry; 192 bytes, three cache lines.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FairState {
+    /// The epoch in progress (`now >> EPOCH_SHIFT`); 0 before the first
+    /// packet.
+    pub epoch: u64,
+    /// The fair-share multiplier `m`, Q16; read on every packet.
+    pub mult_q16: u64,
+    /// Transmission time (at the aggregate rate) of the packets scheduled
+    /// to depart in each epoch of the ring, indexed by `epoch % EPOCH_RING`.
+    pub scheduled_ns: [u64; EPOCH_RING],
+    /// Epoch updates run, for the controller's view.
+    pub updates: u64,
+    /// Room for later fields; zero.
+    pub reserved: [u64; 5],
+}
+
+const _: () = assert!(core::mem::size_of::<FairState>() == 192);
+
+impl Default for FairState {
+    fn default() -> Self {
+        Self {
+            epoch: 0,
+            mult_q16: MULT_ONE,
+            scheduled_ns: [0; EPOCH_RING],
+            updates: 0,
+            reserved: [0; 5],
+        }
+    }
+}
+
+/// The parameters of the per-flow decision, fixed at configuration time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FairParams {
+    /// CoDel's target and interval.
+    pub codel: CodelParams,
+    /// Drop a packet whose departure lies further ahead than this.
+    pub horizon_ns: u64,
+    /// CE-mark ECN-capable packets instead of dropping them.
+    pub ecn: bool,
+}
+
+/// What the classifier does with one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Leave now (or at the socket's own departure time): the flow's clock
+    /// was idle.
+    Pass,
+    /// Leave no earlier than `tstamp_ns`.
+    Pace {
+        /// The departure time to write into `skb->tstamp`.
+        tstamp_ns: u64,
+    },
+    /// CE-mark, then leave no earlier than `tstamp_ns`.
+    Mark {
+        /// The departure time to write into `skb->tstamp`.
+        tstamp_ns: u64,
+    },
+    /// Drop: CoDel's signal for a packet that is not ECN-capable.
+    AqmDrop,
+    /// Drop: the departure would lie beyond the horizon.
+    HorizonDrop,
+}
+
+impl Verdict {
+    /// The departure time this verdict schedules, if the packet is kept.
+    /// `Pass` departs at `depart_now_ns`.
+    #[inline(always)]
+    pub fn departure_ns(self, depart_now_ns: u64) -> Option<u64> {
+        match self {
+            Verdict::Pass => Some(depart_now_ns),
+            Verdict::Pace { tstamp_ns } | Verdict::Mark { tstamp_ns } => Some(tstamp_ns),
+            Verdict::AqmDrop | Verdict::HorizonDrop => None,
+        }
+    }
+}
+
+/// A packet as the decision sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Packet {
+    /// The time of the decision.
+    pub now_ns: u64,
+    /// The departure time a socket already asked for, or 0.
+    pub skb_tstamp_ns: u64,
+    /// Its transmission time at the aggregate rate (wire length).
+    pub tx_ns: u64,
+    /// The packet is ECN-capable (ECT(0) or ECT(1)), so it may be CE-marked.
+    pub ect: bool,
+}
+
+/// A packet's transmission time at the fair share: `tx_ns * m >> 16`,
+/// saturating (only reached below about 3 kbit/s).
+#[inline(always)]
+pub fn fair_tx_ns(tx_ns: u64, mult_q16: u64) -> u64 {
+    if tx_ns >> 32 != 0 || mult_q16 >> 32 != 0 {
+        return u64::MAX >> 16;
+    }
+    (tx_ns * mult_q16) >> 16
+}
+
+/// Decides one packet of `flow` and advances the flow's clock and CoDel
+/// state. Pure apart from `flow`. `mult_q16` is the current fair-share
+/// multiplier.
+#[inline(always)]
+pub fn decide(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams) -> Verdict {
+    let t = if pkt.skb_tstamp_ns > pkt.now_ns {
+        pkt.skb_tstamp_ns
+    } else {
+        pkt.now_ns
+    };
+    let tx_fair = fair_tx_ns(pkt.tx_ns, mult_q16);
+    flow.last_seen_ns = pkt.now_ns;
+    flow.packets = flow.packets.wrapping_add(1);
+    if flow.t_next_ns <= t {
+        // Below its share: leave now. CoDel sees no delay (and so leaves
+        // any dropping state).
+        flow.t_next_ns = t + tx_fair;
+        codel_signal(&mut flow.codel, pkt.now_ns, 0, true, &p.codel);
+        return Verdict::Pass;
+    }
+    let depart = flow.t_next_ns;
+    let delay = depart - pkt.now_ns;
+    if delay > p.horizon_ns {
+        return Verdict::HorizonDrop;
+    }
+    // At most this packet ahead of it: RFC 8289's "queue below one MTU".
+    let small_backlog = delay <= tx_fair;
+    if codel_signal(&mut flow.codel, pkt.now_ns, delay, small_backlog, &p.codel) {
+        if !(p.ecn && pkt.ect) {
+            // A dropped packet uses no departure slot.
+            return Verdict::AqmDrop;
+        }
+        flow.t_next_ns = depart + tx_fair;
+        return Verdict::Mark { tstamp_ns: depart };
+    }
+    flow.t_next_ns = depart + tx_fair;
+    Verdict::Pace { tstamp_ns: depart }
+}
+
+/// The ring slot that counts a departure at `depart_ns` while `epoch` is in
+/// progress: its own epoch's, or the last of the ring when it lies further
+/// ahead. Departures are never before `now`, so never in a past epoch.
+#[inline(always)]
+pub fn departure_slot(epoch: u64, depart_ns: u64) -> usize {
+    let e = depart_ns >> EPOCH_SHIFT;
+    let last = epoch + (EPOCH_RING as u64 - 1);
+    let e = if e > last { last } else { e };
+    // Cannot truncate: the remainder is below EPOCH_RING.
+    (e % EPOCH_RING as u64) as usize
+}
+
+/// The new multiplier after an epoch whose scheduled departures took
+/// `scheduled_ns` at the aggregate rate: half a CSFQ step towards
+/// `m * scheduled / epoch`, with the ratio clamped to [1/2, 2], and the
+/// result to [1.0, MULT_MAX).
+#[inline(always)]
+pub fn update_mult(mult_q16: u64, scheduled_ns: u64) -> u64 {
+    // scheduled / epoch in Q16.
+    let ratio = scheduled_ns >> (EPOCH_SHIFT - 16);
+    let ratio = if ratio < MULT_ONE / 2 {
+        MULT_ONE / 2
+    } else if ratio > 2 * MULT_ONE {
+        2 * MULT_ONE
+    } else {
+        ratio
+    };
+    // m < 2^32 and ratio <= 2^17: the product fits.
+    let target = (mult_q16 * ratio) >> 16;
+    let next = (mult_q16 + target) >> 1;
+    if next < MULT_ONE {
+        MULT_ONE
+    } else if next >= MULT_MAX {
+        MULT_MAX - 1
+    } else {
+        next
+    }
+}
+
+/// What an epoch change must do: which ring slots become past (and must be
+/// zeroed, oldest first) and whether the just-finished epoch's slot holds
+/// a measurement. Moving from `old` to `new` (`new > old`).
+#[inline(always)]
+pub fn slots_to_clear(old: u64, new: u64) -> u64 {
+    let gap = new - old;
+    if gap > EPOCH_RING as u64 {
+        EPOCH_RING as u64
+    } else {
+        gap
+    }
+}
+
+/// The whole epoch change on a private copy of the state, as one CPU runs
+/// it: updates the multiplier from epoch `state.epoch` (when it immediately
+/// precedes `new_epoch`; after a longer gap the link was idle and the
+/// multiplier only relaxes), clears the slots of past epochs, and moves to
+/// `new_epoch`. The BPF side performs the same steps with atomics; the
+/// simulator calls this.
+pub fn roll_epoch(state: &mut FairState, new_epoch: u64) {
+    if new_epoch <= state.epoch {
+        return;
+    }
+    let old = state.epoch;
+    let old_slot = (old % EPOCH_RING as u64) as usize;
+    let scheduled = if new_epoch == old + 1 {
+        state.scheduled_ns[old_slot]
+    } else {
+        0
+    };
+    state.mult_q16 = update_mult(state.mult_q16, scheduled);
+    for j in 0..slots_to_clear(old, new_epoch) {
+        state.scheduled_ns[((old + j) % EPOCH_RING as u64) as usize] = 0;
+    }
+    state.epoch = new_epoch;
+    state.updates += 1;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: FairParams = FairParams {
+        codel: CodelParams {
+            target_ns: 5_000_000,
+            interval_ns: 100_000_000,
+        },
+        horizon_ns: 500_000_000,
+        ecn: true,
+    };
+
+    fn pkt(now_ns: u64, tx_ns: u64) -> Packet {
+        Packet {
+            now_ns,
+            skb_tstamp_ns: 0,
+            tx_ns,
+            ect: false,
+        }
+    }
+
+    #[test]
+    fn idle_flow_passes_and_its_clock_runs_at_the_fair_share() {
+        let mut f = FlowEntry::fresh(1, 0);
+        // m = 4: a 1000 ns packet occupies the flow for 4000 ns.
+        let v = decide(&mut f, &pkt(10_000, 1_000), 4 * MULT_ONE, &P);
+        assert_eq!(v, Verdict::Pass);
+        assert_eq!(f.t_next_ns, 14_000);
+        // The next packet 1 us later is paced to the flow's clock.
+        let v = decide(&mut f, &pkt(11_000, 1_000), 4 * MULT_ONE, &P);
+        assert_eq!(v, Verdict::Pace { tstamp_ns: 14_000 });
+        assert_eq!(f.t_next_ns, 18_000);
+    }
+
+    #[test]
+    fn sparse_flow_is_never_delayed() {
+        let mut f = FlowEntry::fresh(1, 0);
+        // 10 pps of 100 ns packets at m = 64 (a crowded link): always idle.
+        for i in 1..1_000u64 {
+            let v = decide(&mut f, &pkt(i * 100_000_000, 100), 64 * MULT_ONE, &P);
+            assert_eq!(v, Verdict::Pass, "packet {i}");
+        }
+    }
+
+    #[test]
+    fn socket_departure_time_is_never_pulled_earlier() {
+        let mut f = FlowEntry::fresh(1, 0);
+        let p = Packet {
+            skb_tstamp_ns: 50_000,
+            ..pkt(10_000, 1_000)
+        };
+        assert_eq!(decide(&mut f, &p, MULT_ONE, &P), Verdict::Pass);
+        assert_eq!(f.t_next_ns, 51_000);
+    }
+
+    #[test]
+    fn beyond_horizon_drops_without_using_a_slot() {
+        let mut f = FlowEntry::fresh(1, 0);
+        f.t_next_ns = 1_000 + P.horizon_ns + 1;
+        let before = f.t_next_ns;
+        assert_eq!(
+            decide(&mut f, &pkt(1_000, 10), MULT_ONE, &P),
+            Verdict::HorizonDrop
+        );
+        assert_eq!(f.t_next_ns, before);
+    }
+
+    #[test]
+    fn standing_delay_is_marked_when_ect_and_dropped_otherwise() {
+        for ect in [true, false] {
+            let mut f = FlowEntry::fresh(1, 0);
+            // Keep the flow 20 ms behind: each packet is 1 ms at the share,
+            // arrivals every 0.9 ms, starting 20 ms of backlog deep.
+            f.t_next_ns = 20_000_000;
+            let mut signalled = None;
+            for i in 0..400u64 {
+                let now = i * 900_000;
+                if f.t_next_ns < now + 20_000_000 {
+                    f.t_next_ns = now + 20_000_000;
+                }
+                let p = Packet {
+                    ect,
+                    ..pkt(now, 1_000_000)
+                };
+                match decide(&mut f, &p, MULT_ONE, &P) {
+                    Verdict::Mark { .. } | Verdict::AqmDrop => {
+                        signalled = Some((now, decide_kind(ect)));
+                        break;
+                    }
+                    Verdict::Pace { .. } => {}
+                    other => panic!("{other:?}"),
+                }
+            }
+            let (at, _) = signalled.expect("CoDel signals a standing delay");
+            // One interval after the delay first exceeded target.
+            assert!((99_000_000..=101_000_000).contains(&at), "{at}");
+        }
+    }
+
+    fn decide_kind(ect: bool) -> &'static str {
+        if ect { "mark" } else { "drop" }
+    }
+
+    #[test]
+    fn a_mark_keeps_the_packet_and_a_drop_does_not_advance_the_clock() {
+        let mut f = FlowEntry::fresh(1, 0);
+        f.t_next_ns = 30_000_000;
+        f.codel.first_above_ns = 1; // above target for long already
+        let v = decide(
+            &mut f,
+            &Packet {
+                ect: true,
+                ..pkt(10_000_000, 1_000)
+            },
+            MULT_ONE,
+            &P,
+        );
+        assert_eq!(
+            v,
+            Verdict::Mark {
+                tstamp_ns: 30_000_000
+            }
+        );
+        assert_eq!(f.t_next_ns, 30_001_000);
+
+        let mut f = FlowEntry::fresh(1, 0);
+        f.t_next_ns = 30_000_000;
+        f.codel.first_above_ns = 1;
+        let v = decide(&mut f, &pkt(10_000_000, 1_000), MULT_ONE, &P);
+        assert_eq!(v, Verdict::AqmDrop);
+        assert_eq!(f.t_next_ns, 30_000_000);
+    }
+
+    #[test]
+    fn mult_follows_the_ratio_of_scheduled_time_to_capacity() {
+        // Exactly full: unchanged.
+        assert_eq!(update_mult(4 * MULT_ONE, EPOCH_NS), 4 * MULT_ONE);
+        // 25% over: half a step towards 5.
+        assert_eq!(
+            update_mult(4 * MULT_ONE, EPOCH_NS * 5 / 4),
+            4 * MULT_ONE + MULT_ONE / 2
+        );
+        // Half full: towards 2, so 3.
+        assert_eq!(update_mult(4 * MULT_ONE, EPOCH_NS / 2), 3 * MULT_ONE);
+        // Idle: clamped ratio, then floored at 1.0.
+        assert_eq!(update_mult(MULT_ONE, 0), MULT_ONE);
+        // Ten times over: the ratio is clamped to 2, so 1.5x.
+        assert_eq!(update_mult(2 * MULT_ONE, 10 * EPOCH_NS), 3 * MULT_ONE);
+        // Never reaches MULT_MAX.
+        assert_eq!(update_mult(MULT_MAX - 1, 10 * EPOCH_NS), MULT_MAX - 1);
+    }
+
+    #[test]
+    fn fair_tx_saturates_instead_of_wrapping() {
+        assert_eq!(fair_tx_ns(1_000, 3 * MULT_ONE), 3_000);
+        assert_eq!(fair_tx_ns(1 << 33, MULT_ONE), u64::MAX >> 16);
+    }
+
+    #[test]
+    fn departure_slots_wrap_and_clamp_far_departures() {
+        let e = 1_000u64;
+        let now = e << EPOCH_SHIFT;
+        assert_eq!(departure_slot(e, now), (e % 16) as usize);
+        assert_eq!(departure_slot(e, now + EPOCH_NS), ((e + 1) % 16) as usize);
+        assert_eq!(
+            departure_slot(e, now + 100 * EPOCH_NS),
+            ((e + 15) % 16) as usize
+        );
+    }
+
+    #[test]
+    fn roll_epoch_measures_the_finished_epoch_and_clears_past_slots() {
+        let mut s = FairState {
+            epoch: 10,
+            mult_q16: 2 * MULT_ONE,
+            ..FairState::default()
+        };
+        s.scheduled_ns[10] = EPOCH_NS * 3 / 2; // 50% over
+        s.scheduled_ns[11] = 7; // a future epoch's, kept
+        roll_epoch(&mut s, 11);
+        assert_eq!(s.epoch, 11);
+        assert_eq!(s.mult_q16, 2 * MULT_ONE + MULT_ONE / 2);
+        assert_eq!(s.scheduled_ns[10], 0);
+        assert_eq!(s.scheduled_ns[11], 7);
+        // A long idle gap: no measurement, everything past cleared.
+        s.scheduled_ns[12] = 99;
+        roll_epoch(&mut s, 100);
+        assert!(
+            s.scheduled_ns.iter().all(|&v| v == 0),
+            "{:?}",
+            s.scheduled_ns
+        );
+        assert!(s.mult_q16 < 2 * MULT_ONE + MULT_ONE / 2);
+    }
+}
