@@ -233,13 +233,7 @@ pub fn departure_slot(epoch: u64, depart_ns: u64) -> usize {
 pub fn update_mult(mult_q16: u64, scheduled_ns: u64) -> u64 {
     // scheduled / epoch in Q16.
     let ratio = scheduled_ns >> (EPOCH_SHIFT - 16);
-    let ratio = if ratio < MULT_ONE / 2 {
-        MULT_ONE / 2
-    } else if ratio > 2 * MULT_ONE {
-        2 * MULT_ONE
-    } else {
-        ratio
-    };
+    let ratio = ratio.clamp(MULT_ONE / 2, 2 * MULT_ONE);
     // m < 2^32 and ratio <= 2^17: the product fits.
     let target = (mult_q16 * ratio) >> 16;
     let next = (mult_q16 + target) >> 1;

@@ -82,28 +82,33 @@ pub enum Way {
 /// caller resets a claimed way with [`FlowEntry::fresh`].
 #[inline(always)]
 pub fn choose_way(set: &FlowSet, tag: u32, now_ns: u64, idle_ns: u64) -> Way {
-    let mut free: Option<usize> = None;
-    let mut oldest: Option<(usize, u64)> = None;
+    // Sentinels instead of `Option`s: the BPF verifier rejects code that
+    // reads an `Option`'s payload register before it is ever written, which
+    // LLVM emits for a `None` compared speculatively.
+    let mut free = WAYS;
+    let mut oldest = WAYS;
+    let mut oldest_seen = u64::MAX;
     for i in 0..WAYS {
         let w = &set.ways[i];
         if w.tag == tag {
             return Way::Hit(i);
         }
-        if free.is_some() {
+        if free < WAYS {
             continue;
         }
         let clock_idle = w.t_next_ns <= now_ns;
         if w.tag == 0 || (clock_idle && now_ns.saturating_sub(w.last_seen_ns) > idle_ns) {
-            free = Some(i);
-        } else if clock_idle && oldest.is_none_or(|(_, seen)| w.last_seen_ns < seen) {
-            oldest = Some((i, w.last_seen_ns));
+            free = i;
+        } else if clock_idle && w.last_seen_ns < oldest_seen {
+            oldest = i;
+            oldest_seen = w.last_seen_ns;
         }
     }
-    if let Some(i) = free {
-        return Way::Claim(i);
+    if free < WAYS {
+        return Way::Claim(free);
     }
-    if let Some((i, _)) = oldest {
-        return Way::Claim(i);
+    if oldest < WAYS {
+        return Way::Claim(oldest);
     }
     Way::Shared((tag as usize) % WAYS)
 }

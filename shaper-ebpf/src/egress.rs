@@ -1,28 +1,40 @@
 //! The egress classifier: counts every packet by class, then stamps its
-//! earliest departure time with the aggregate EDT pacer
-//! (`shaper_common::edt`), which sch_fq enforces. A GSO super-packet is
-//! charged its wire length: every segment repeats the headers.
+//! earliest departure time, which sch_fq enforces. Two pacers:
+//! - the fair pacer (`shaper_common::fair`, the default): a clock per flow in
+//!   a set-associative flow table, paced at a shared fair share, with CoDel
+//!   on each flow's scheduled delay (CE mark or drop);
+//! - the aggregate pacer (`shaper_common::edt`): one clock for all traffic,
+//!   Cilium's design, kept for comparison.
+//!
+//! A GSO super-packet is charged its wire length: every segment repeats the
+//! headers.
 //!
 //! Verdicts: `TC_ACT_UNSPEC` (-1, "next") lets later programs on the hook
 //! run and then passes the packet, under both TCX and legacy tc;
 //! `TC_ACT_SHOT` (2) drops. The shaper never redirects.
 //!
-//! Concurrency: the aggregate clock is one value shared by all CPUs and is
-//! read and written without a lock, as Cilium's EDT does; two CPUs racing can
-//! give two packets the same slot, which costs at most one packet of burst.
-//! The fair pacer replaces this clock with per-flow state.
+//! Concurrency: see `shaper_common::fair` (flow state without locks; the
+//! epoch ring and multiplier with atomics, one CPU per epoch change won by
+//! compare-and-swap). The aggregate clock is read and written without a
+//! lock, as Cilium's is; a race costs at most one packet of burst.
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext};
 use shaper_common::{
-    config::FLAG_NO_L2,
+    config::{FLAG_NO_L2, PacerConfig},
     counters::Counter,
     edt::{EdtDecision, aggregate_edt},
+    fair::{
+        EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, decide, departure_slot, slots_to_clear,
+        update_mult,
+    },
+    flow::{FlowEntry, WAYS, Way, choose_way, set_and_tag},
     rate::wire_len_bytes,
 };
 
 use crate::{
-    maps::{AGGREGATE, CONFIG, count},
-    parse::classify,
+    atomic,
+    maps::{AGGREGATE, CONFIG, FAIR, FLOWS, count},
+    parse::{Class, Ecn, classify},
 };
 
 const TC_ACT_UNSPEC: i32 = -1;
@@ -35,6 +47,12 @@ pub fn shaper_egress(ctx: TcContext) -> i32 {
     }
 }
 
+/// A classifier that only passes packets: the benchmark's baseline.
+#[classifier]
+pub fn shaper_passthrough(_ctx: TcContext) -> i32 {
+    TC_ACT_UNSPEC
+}
+
 #[inline(always)]
 fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     let len = ctx.len();
@@ -44,7 +62,7 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     let Some(config) = CONFIG.get(0) else {
         return Ok(TC_ACT_UNSPEC);
     };
-    let headers_len = match classify(ctx, config.flags & FLAG_NO_L2 == 0) {
+    let class = match classify(ctx, config.flags & FLAG_NO_L2 == 0, config.hash_seed) {
         Ok(class) => {
             count(class.l3, 1);
             if let Some(l4) = class.l4 {
@@ -53,13 +71,14 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
             if class.vlan {
                 count(Counter::Vlan, 1);
             }
-            class.headers_len
+            Some(class)
         }
         Err(_) => {
             count(Counter::Truncated, 1);
-            0
+            None
         }
     };
+    let headers_len = class.map_or(0, |c| c.headers_len);
     // SAFETY: reading a field of the __sk_buff the kernel passed in.
     let gso_segs = unsafe { (*ctx.skb.skb).gso_segs };
     let wire_len = wire_len_bytes(len, gso_segs, headers_len);
@@ -69,15 +88,189 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
     }
-    let Some(state) = AGGREGATE.get_ptr_mut(0) else {
-        count(Counter::PassedUnpaced, 1);
-        return Ok(TC_ACT_UNSPEC);
-    };
     let tx_time_ns = config.scaled_rate().tx_time_ns(wire_len);
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now_ns = unsafe { bpf_ktime_get_ns() };
     // SAFETY: reading a field of the __sk_buff the kernel passed in.
     let skb_tstamp_ns = unsafe { (*ctx.skb.skb).tstamp };
+    if config.fair() {
+        fair(ctx, config, class, now_ns, skb_tstamp_ns, tx_time_ns)
+    } else {
+        aggregate(ctx, config, now_ns, skb_tstamp_ns, tx_time_ns)
+    }
+}
+
+/// The fair pacer. A truncated frame (no key) is paced as flow 0.
+#[inline(always)]
+fn fair(
+    ctx: &TcContext,
+    config: &PacerConfig,
+    class: Option<Class>,
+    now_ns: u64,
+    skb_tstamp_ns: u64,
+    tx_ns: u64,
+) -> Result<i32, i32> {
+    let Some(state) = FAIR.get_ptr_mut(0) else {
+        count(Counter::PassedUnpaced, 1);
+        return Ok(TC_ACT_UNSPEC);
+    };
+    let epoch = now_ns >> EPOCH_SHIFT;
+    // SAFETY: the pointer comes from the map lookup and stays valid for this
+    // run; the fields are only accessed atomically or as plain aligned u64s.
+    let mult_q16 = unsafe { roll_epoch(state, epoch) };
+
+    let (set_idx, tag) = set_and_tag(class.map_or(0, |c| c.flow_hash), config.flow_sets_mask);
+    let Some(set) = FLOWS.get_ptr_mut(set_idx) else {
+        count(Counter::PassedUnpaced, 1);
+        return Ok(TC_ACT_UNSPEC);
+    };
+    // SAFETY: the pointer comes from the map lookup and stays valid for this
+    // run; concurrent writers to one flow are tolerated (module header).
+    let set = unsafe { &mut *set };
+    let way = match choose_way(set, tag, now_ns, config.flow_idle_ns) {
+        Way::Hit(i) => i,
+        Way::Claim(i) => {
+            set.ways[i % WAYS] = FlowEntry::fresh(tag, now_ns);
+            count(Counter::FlowNew, 1);
+            i
+        }
+        Way::Shared(i) => {
+            count(Counter::FlowTableFull, 1);
+            i
+        }
+    };
+    let flow = &mut set.ways[way % WAYS];
+    let ecn = class.and_then(|c| c.ecn);
+    let pkt = Packet {
+        now_ns,
+        skb_tstamp_ns,
+        tx_ns,
+        ect: ecn.is_some_and(|e| e.capable()),
+    };
+    let verdict = decide(flow, &pkt, mult_q16, &config.fair_params());
+    let depart_now = if skb_tstamp_ns > now_ns {
+        skb_tstamp_ns
+    } else {
+        now_ns
+    };
+    if let Some(depart) = verdict.departure_ns(depart_now) {
+        let slot = departure_slot(epoch, depart) % EPOCH_RING;
+        // SAFETY: as above; the slot is only ever updated atomically.
+        unsafe { atomic::add(&raw mut (*state).scheduled_ns[slot], tx_ns) };
+    }
+    match verdict {
+        Verdict::Pass => {
+            count(Counter::PassedUnpaced, 1);
+            Ok(TC_ACT_UNSPEC)
+        }
+        Verdict::Pace { tstamp_ns } => {
+            set_tstamp(ctx, tstamp_ns);
+            count(Counter::Paced, 1);
+            Ok(TC_ACT_UNSPEC)
+        }
+        Verdict::Mark { tstamp_ns } => {
+            if let Some(e) = ecn {
+                mark_ce(ctx, e);
+            }
+            set_tstamp(ctx, tstamp_ns);
+            count(Counter::CeMarked, 1);
+            count(Counter::Paced, 1);
+            Ok(TC_ACT_UNSPEC)
+        }
+        Verdict::AqmDrop => {
+            count(Counter::AqmDrop, 1);
+            Err(TC_ACT_SHOT)
+        }
+        Verdict::HorizonDrop => {
+            count(Counter::HorizonDrop, 1);
+            Err(TC_ACT_SHOT)
+        }
+    }
+}
+
+/// Moves the shared state to `epoch` if this CPU is the first to see it
+/// (CSFQ update from the finished epoch, ring slots of past epochs cleared;
+/// the same steps as `shaper_common::fair::roll_epoch`), and returns the
+/// fair-share multiplier to use.
+///
+/// # Safety
+/// `state` must come from the map lookup of this program run.
+#[inline(always)]
+unsafe fn roll_epoch(state: *mut shaper_common::fair::FairState, epoch: u64) -> u64 {
+    // SAFETY (all blocks below): the caller's contract; every shared field
+    // is accessed atomically.
+    let (ep, mult) = unsafe { (&raw mut (*state).epoch, &raw mut (*state).mult_q16) };
+    let old = unsafe { atomic::load(ep) };
+    if epoch <= old || !unsafe { atomic::compare_exchange(ep, old, epoch) } {
+        return unsafe { atomic::load(mult) };
+    }
+    let ring = EPOCH_RING as u64;
+    let scheduled = if epoch == old + 1 {
+        unsafe { atomic::load(&raw const (*state).scheduled_ns[(old % ring) as usize]) }
+    } else {
+        0
+    };
+    let m = update_mult(unsafe { atomic::load(mult) }, scheduled);
+    unsafe { atomic::store(mult, m) };
+    let clear = slots_to_clear(old, epoch);
+    for j in 0..ring {
+        if j < clear {
+            let slot = ((old + j) % ring) as usize;
+            unsafe { atomic::store(&raw mut (*state).scheduled_ns[slot], 0) };
+        }
+    }
+    unsafe { atomic::add(&raw mut (*state).updates, 1) };
+    m
+}
+
+/// Writes the departure time (monotonic ns) sch_fq enforces.
+#[inline(always)]
+fn set_tstamp(ctx: &TcContext, tstamp_ns: u64) {
+    // SAFETY: the skb is ours to stamp at egress.
+    unsafe { (*ctx.skb.skb).tstamp = tstamp_ns };
+}
+
+/// Sets the ECN field to CE (RFC 3168), fixing the IPv4 header checksum.
+/// Best effort: a failed write leaves the packet as it was.
+#[inline(always)]
+fn mark_ce(ctx: &TcContext, e: Ecn) {
+    if e.bits == 3 {
+        return;
+    }
+    let off = e.l3_off as usize;
+    if e.ipv4 {
+        // The first 16-bit word (version/IHL, TOS) as stored, and with CE.
+        let Ok(old) = ctx.load::<[u8; 2]>(off) else {
+            return;
+        };
+        let new = [old[0], old[1] | 0x03];
+        let (from, to) = (u16::from_ne_bytes(old), u16::from_ne_bytes(new));
+        if ctx.store(off, &new, 0).is_ok() {
+            let _ = ctx.l3_csum_replace(off + 10, u64::from(from), u64::from(to), 2);
+        }
+    } else {
+        // Traffic class low nibble is the high nibble of byte 1; ECN is its
+        // low two bits.
+        let Ok(b1) = ctx.load::<u8>(off + 1) else {
+            return;
+        };
+        let _ = ctx.store(off + 1, &(b1 | 0x30), 0);
+    }
+}
+
+/// The aggregate pacer (Cilium's design).
+#[inline(always)]
+fn aggregate(
+    ctx: &TcContext,
+    config: &PacerConfig,
+    now_ns: u64,
+    skb_tstamp_ns: u64,
+    tx_time_ns: u64,
+) -> Result<i32, i32> {
+    let Some(state) = AGGREGATE.get_ptr_mut(0) else {
+        count(Counter::PassedUnpaced, 1);
+        return Ok(TC_ACT_UNSPEC);
+    };
     // SAFETY: the pointer comes from the map lookup and stays valid for this
     // run; concurrent writers are tolerated (see the module header).
     let t_next_free_ns = unsafe { core::ptr::read_volatile(&(*state).t_next_free_ns) };
@@ -96,11 +289,9 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
             Ok(TC_ACT_UNSPEC)
         }
         EdtDecision::Pace { tstamp_ns } => {
-            // SAFETY: as for the read above; the skb is ours to stamp at egress.
-            unsafe {
-                core::ptr::write_volatile(&mut (*state).t_next_free_ns, clock);
-                (*ctx.skb.skb).tstamp = tstamp_ns;
-            }
+            // SAFETY: as for the read above.
+            unsafe { core::ptr::write_volatile(&mut (*state).t_next_free_ns, clock) };
+            set_tstamp(ctx, tstamp_ns);
             count(Counter::Paced, 1);
             Ok(TC_ACT_UNSPEC)
         }

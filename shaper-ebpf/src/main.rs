@@ -4,7 +4,13 @@
 //! tests).
 #![cfg_attr(target_arch = "bpf", no_std)]
 #![cfg_attr(target_arch = "bpf", no_main)]
+// The atomic intrinsics (see `atomic`); the BPF build runs with
+// RUSTC_BOOTSTRAP=1 already, for build-std.
+#![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+#![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
+#[cfg(target_arch = "bpf")]
+mod atomic;
 #[cfg(target_arch = "bpf")]
 mod egress;
 #[cfg(target_arch = "bpf")]

@@ -11,6 +11,8 @@ use aya_ebpf::{
 use shaper_common::{
     config::{AggregateState, PacerConfig},
     counters::Counter,
+    fair::FairState,
+    flow::{DEFAULT_FLOWS, FlowSet, WAYS},
 };
 
 /// Pacer configuration, written by the controller. One entry.
@@ -24,6 +26,16 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::C
 /// The aggregate pacer's clock. One entry.
 #[map(name = "SHAPER_AGG")]
 pub static AGGREGATE: Array<AggregateState> = Array::with_max_entries(1, 0);
+
+/// The fair pacer's shared state (fair-share multiplier, epoch ring). One
+/// entry, updated with atomics.
+#[map(name = "SHAPER_FAIR")]
+pub static FAIR: Array<FairState> = Array::with_max_entries(1, 0);
+
+/// The flow table: one entry per set. The controller sets the size at load
+/// time (`--flows` / WAYS); this is the default.
+#[map(name = "SHAPER_FLOWS")]
+pub static FLOWS: Array<FlowSet> = Array::with_max_entries(DEFAULT_FLOWS / WAYS as u32, 0);
 
 /// Adds `n` to counter `c` on this CPU.
 #[inline(always)]

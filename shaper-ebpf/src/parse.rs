@@ -7,10 +7,17 @@
 //! Handles: Ethernet with up to two 802.1Q/802.1ad tags, or no L2 header at
 //! all (PPP, WireGuard, tun: the config says which); IPv4 with options and
 //! fragments; IPv6 with up to four extension headers; TCP, UDP, ICMP, ICMPv6.
+//!
+//! While parsing it hashes the flow key (`shaper_common::flow`): the outer
+//! VLAN id, the ethertype, the addresses and protocol, and for TCP and UDP
+//! (first fragments) the ports. It also notes where the ECN bits are, for
+//! CE marking. IP headers are loaded whole (one helper call each), as are
+//! the first 16 bytes of the transport header.
+//!
 //! Non-goals: tunnels (GRE, VXLAN) are classified by their outer header.
 
 use aya_ebpf::programs::TcContext;
-use shaper_common::counters::Counter;
+use shaper_common::{counters::Counter, flow::FlowHasher};
 
 const ETH_P_IP: u16 = 0x0800;
 const ETH_P_IPV6: u16 = 0x86DD;
@@ -42,6 +49,29 @@ pub struct Class {
     /// Bytes of headers before a TCP or UDP payload (link layer included);
     /// 0 when there is no whole TCP/UDP header. Each GSO segment repeats them.
     pub headers_len: u32,
+    /// The flow key's hash.
+    pub flow_hash: u64,
+    /// Where the ECN bits are, for IP packets.
+    pub ecn: Option<Ecn>,
+}
+
+/// The position and value of an IP packet's ECN field.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Ecn {
+    /// Offset of the IP header.
+    pub l3_off: u32,
+    /// IPv4 (TOS byte 1, checksummed) or IPv6 (traffic class in bytes 0-1).
+    pub ipv4: bool,
+    /// The two ECN bits: 0 not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
+    pub bits: u8,
+}
+
+impl Ecn {
+    /// ECT(0), ECT(1) or already CE: the sender understands marks.
+    #[inline(always)]
+    pub fn capable(&self) -> bool {
+        self.bits != 0
+    }
 }
 
 /// Why a frame could not be classified.
@@ -50,16 +80,21 @@ pub struct Truncated;
 /// Classifies the frame. `has_l2` is false on devices without a link-layer
 /// header, where `skb->protocol` gives the network protocol.
 #[inline(always)]
-pub fn classify(ctx: &TcContext, has_l2: bool) -> Result<Class, Truncated> {
+pub fn classify(ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Truncated> {
     let mut off = 0usize;
     let mut proto;
     let mut vlan = false;
+    let mut h = FlowHasher::new(seed);
     if has_l2 {
         proto = load_be16(ctx, 12)?;
         off = ETH_HLEN;
         for _ in 0..MAX_VLAN_TAGS {
             if proto != ETH_P_8021Q && proto != ETH_P_8021AD {
                 break;
+            }
+            if !vlan {
+                // The outer tag's VLAN id is part of the key.
+                h.word(u32::from(load_be16(ctx, off)? & 0x0fff));
             }
             vlan = true;
             proto = load_be16(ctx, off + 2)?;
@@ -69,13 +104,25 @@ pub fn classify(ctx: &TcContext, has_l2: bool) -> Result<Class, Truncated> {
         // SAFETY: reading a field of the __sk_buff the kernel passed in.
         proto = u16::from_be(unsafe { (*ctx.skb.skb).protocol } as u16);
     }
+    h.word(u32::from(proto));
+    let mut ecn = None;
     let (l4, headers_len) = match proto {
         ETH_P_IP => {
-            let (c, end) = ipv4(ctx, off)?;
+            let (c, end, bits) = ipv4(ctx, off, &mut h)?;
+            ecn = Some(Ecn {
+                l3_off: off as u32,
+                ipv4: true,
+                bits,
+            });
             (Some(c), end)
         }
         ETH_P_IPV6 => {
-            let (c, end) = ipv6(ctx, off)?;
+            let (c, end, bits) = ipv6(ctx, off, &mut h)?;
+            ecn = Some(Ecn {
+                l3_off: off as u32,
+                ipv4: false,
+                bits,
+            });
             (Some(c), end)
         }
         _ => (None, 0),
@@ -91,31 +138,53 @@ pub fn classify(ctx: &TcContext, has_l2: bool) -> Result<Class, Truncated> {
         vlan,
         // Headers are a few hundred bytes at most, so this cannot truncate.
         headers_len: headers_len as u32,
+        flow_hash: h.finish(),
+        ecn,
     })
 }
 
 /// IPv4 at `off`: checks the header is whole, then the transport header
 /// unless this is a non-first fragment.
+/// Also returns the ECN bits and hashes addresses, protocol and ports.
 #[inline(always)]
-fn ipv4(ctx: &TcContext, off: usize) -> Result<(Counter, usize), Truncated> {
-    let ver_ihl = load_u8(ctx, off)?;
-    let ihl = usize::from(ver_ihl & 0x0f) * 4;
+fn ipv4(
+    ctx: &TcContext,
+    off: usize,
+    h: &mut FlowHasher,
+) -> Result<(Counter, usize, u8), Truncated> {
+    let hdr: [u8; 20] = ctx.load(off).map_err(|_| Truncated)?;
+    let ihl = usize::from(hdr[0] & 0x0f) * 4;
     if ihl < 20 {
         return Err(Truncated);
     }
     // Last byte of the header, options included, must be present.
-    load_u8(ctx, off + ihl - 1)?;
-    let frag = load_be16(ctx, off + 6)?;
-    let proto = load_u8(ctx, off + 9)?;
+    if ihl > 20 {
+        load_u8(ctx, off + ihl - 1)?;
+    }
+    let frag = u16::from_be_bytes([hdr[6], hdr[7]]);
+    let proto = hdr[9];
+    h.word(u32::from_ne_bytes([hdr[12], hdr[13], hdr[14], hdr[15]]));
+    h.word(u32::from_ne_bytes([hdr[16], hdr[17], hdr[18], hdr[19]]));
     let first_fragment = frag & 0x1fff == 0;
-    transport(ctx, off + ihl, proto, first_fragment)
+    let (c, end) = transport(ctx, off + ihl, proto, first_fragment, h)?;
+    Ok((c, end, hdr[1] & 0x03))
 }
 
 /// IPv6 at `off`: skips extension headers to the transport header.
+/// Also returns the ECN bits and hashes addresses, protocol and ports.
 #[inline(always)]
-fn ipv6(ctx: &TcContext, off: usize) -> Result<(Counter, usize), Truncated> {
-    load_u8(ctx, off + 39)?;
-    let mut next = load_u8(ctx, off + 6)?;
+fn ipv6(
+    ctx: &TcContext,
+    off: usize,
+    h: &mut FlowHasher,
+) -> Result<(Counter, usize, u8), Truncated> {
+    let hdr: [u32; 10] = ctx.load(off).map_err(|_| Truncated)?;
+    for w in &hdr[2..10] {
+        h.word(*w);
+    }
+    let first = u32::from_be(hdr[0]);
+    let ecn = ((first >> 20) & 0x03) as u8;
+    let mut next = ((u32::from_be(hdr[1]) >> 8) & 0xff) as u8;
     let mut l4 = off + 40;
     let mut first_fragment = true;
     for _ in 0..MAX_IPV6_EXT_HEADERS {
@@ -140,7 +209,8 @@ fn ipv6(ctx: &TcContext, off: usize) -> Result<(Counter, usize), Truncated> {
             _ => break,
         }
     }
-    transport(ctx, l4, next, first_fragment)
+    let (c, end) = transport(ctx, l4, next, first_fragment, h)?;
+    Ok((c, end, ecn))
 }
 
 /// Checks the transport header at `off` is whole and names its class.
@@ -152,7 +222,9 @@ fn transport(
     off: usize,
     proto: u8,
     whole: bool,
+    h: &mut FlowHasher,
 ) -> Result<(Counter, usize), Truncated> {
+    h.word(u32::from(proto));
     let (class, min_len) = match proto {
         IPPROTO_TCP => (Counter::Tcp, 20),
         IPPROTO_UDP => (Counter::Udp, 8),
@@ -162,18 +234,29 @@ fn transport(
     if !whole {
         return Ok((class, 0));
     }
-    load_u8(ctx, off + min_len - 1)?;
     match class {
         Counter::Tcp => {
-            let doff = usize::from(load_u8(ctx, off + 12)? >> 4) * 4;
+            let hdr: [u8; 20] = ctx.load(off).map_err(|_| Truncated)?;
+            h.word(u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]));
+            let doff = usize::from(hdr[12] >> 4) * 4;
             if doff < 20 {
                 return Err(Truncated);
             }
-            load_u8(ctx, off + doff - 1)?;
+            if doff > 20 {
+                load_u8(ctx, off + doff - 1)?;
+            }
             Ok((class, off + doff))
         }
-        Counter::Udp => Ok((class, off + min_len)),
-        _ => Ok((class, 0)),
+        Counter::Udp => {
+            let ports: u32 = ctx.load(off).map_err(|_| Truncated)?;
+            load_u8(ctx, off + min_len - 1)?;
+            h.word(ports);
+            Ok((class, off + min_len))
+        }
+        _ => {
+            load_u8(ctx, off + min_len - 1)?;
+            Ok((class, 0))
+        }
     }
 }
 

@@ -31,7 +31,7 @@ use aya::{
     sys::SyscallError,
     util::KernelVersion,
 };
-use shaper_common::{EGRESS_PROGRAM, config::PacerConfig, maps};
+use shaper_common::{EGRESS_PROGRAM, config::PacerConfig, fair::FairState, maps};
 use tracing::{info, warn};
 
 use crate::{
@@ -51,6 +51,10 @@ pub mod pins {
     pub const COUNTERS: &str = "counters";
     /// The aggregate clock map.
     pub const AGGREGATE: &str = "aggregate";
+    /// The fair pacer's shared state.
+    pub const FAIR: &str = "fair";
+    /// The flow table.
+    pub const FLOWS: &str = "flows";
     /// The TCX link.
     pub const LINK: &str = "link";
 }
@@ -58,6 +62,15 @@ pub mod pins {
 /// Failures while attaching or undoing. Each says which step failed.
 #[derive(Debug, thiserror::Error)]
 pub enum AttachError {
+    /// A command for a running pacer found none on this interface.
+    #[error(
+        "'{iface}' is not shaped by a running shaper in this network namespace: start one with \
+         `shaper run --iface {iface} --rate RATE`"
+    )]
+    NotShaped {
+        /// The interface named.
+        iface: String,
+    },
     /// A pre-change check failed (usage error; nothing changed).
     #[error(transparent)]
     Check(#[from] CheckError),
@@ -138,11 +151,12 @@ fn pin_err(op: &'static str, path: &Path, detail: impl std::fmt::Display) -> Att
     }
 }
 
-/// Loads the classifier and fills its configuration. Changes nothing on any
-/// interface.
+/// Loads the classifier and fills its configuration; the flow table gets
+/// `config.flow_sets_mask + 1` sets. Changes nothing on any interface.
 pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
     let object = bpf::object()?;
     let mut ebpf = EbpfLoader::new()
+        .map_max_entries(maps::FLOWS, config.flow_sets_mask.saturating_add(1))
         .load(object)
         .map_err(|e| AttachError::Load {
             detail: format!("{e:#}"),
@@ -153,7 +167,23 @@ pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
             detail: format!("{e:#}"),
         })?;
     write_config(&mut ebpf, config)?;
+    init_fair(&mut ebpf)?;
     Ok(ebpf)
+}
+
+/// Starts the fair pacer's shared state at a multiplier of 1.0.
+fn init_fair(ebpf: &mut Ebpf) -> Result<(), AttachError> {
+    let map = ebpf.map_mut(maps::FAIR).ok_or_else(|| AttachError::Load {
+        detail: format!("the object has no map {}", maps::FAIR),
+    })?;
+    let mut array: Array<_, FairState> = Array::try_from(map).map_err(|e| AttachError::Load {
+        detail: format!("{}: {e}", maps::FAIR),
+    })?;
+    array
+        .set(0, FairState::default(), 0)
+        .map_err(|e| AttachError::Load {
+            detail: format!("writing {}: {e}", maps::FAIR),
+        })
 }
 
 /// The egress classifier in the loaded object.
@@ -218,7 +248,7 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
     };
     record.store(&paths.record)?;
 
-    match attach_steps(&mut ebpf, link, &paths, &mut record) {
+    match attach_steps(&mut ebpf, link, &paths, &mut record, &config.fq_params()) {
         Ok(()) => Ok(Shaped {
             record,
             paths,
@@ -240,13 +270,14 @@ fn attach_steps(
     link: &Link,
     paths: &Paths,
     record: &mut Record,
+    fq: &tc::FqParams,
 ) -> Result<(), AttachError> {
     let iface = link.name.as_str();
     // 5. sch_fq as root. Record first: a crash between the two leaves a
     // record that says "maybe replaced", and restore is idempotent.
     record.replaced_root = true;
     record.store(&paths.record)?;
-    tc::install_fq_root(link.ifindex, link.tx_queues, &tc::FqParams::default())
+    tc::install_fq_root(link.ifindex, link.tx_queues, fq)
         .map_err(tc_err("installing sch_fq as root", iface))?;
 
     // 6. The classifier.
@@ -325,6 +356,8 @@ fn attach_steps(
         (maps::CONFIG, pins::CONFIG),
         (maps::COUNTERS, pins::COUNTERS),
         (maps::AGGREGATE, pins::AGGREGATE),
+        (maps::FAIR, pins::FAIR),
+        (maps::FLOWS, pins::FLOWS),
     ] {
         let path = paths.pin_dir.join(file);
         let map: &Map = ebpf
@@ -455,6 +488,34 @@ pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
         None => Ok(()),
         Some(e) => Err(e),
     }
+}
+
+/// Changes the rate in the pinned configuration of a running pacer, and in
+/// its record. Returns the old rate in bytes/s. Fails with
+/// [`AttachError::NotShaped`] when the interface has no visible pins.
+pub fn set_rate(iface: &str, paths: &Paths, rate: crate::rate::Rate) -> Result<u64, AttachError> {
+    let path = paths.pin_dir.join(pins::CONFIG);
+    let map = open_pinned(&path)?.ok_or_else(|| AttachError::NotShaped {
+        iface: iface.to_owned(),
+    })?;
+    let mut array: Array<_, PacerConfig> =
+        Array::try_from(map).map_err(|e| pin_err("use", &path, e))?;
+    let mut config = array.get(&0, 0).map_err(|e| pin_err("read", &path, e))?;
+    let old = config.rate_bytes_per_s;
+    let scaled = rate.scaled();
+    config.rate_bytes_per_s = rate.bytes_per_s();
+    config.ns_per_byte_scaled = scaled.ns_per_byte_scaled;
+    config.rate_shift = scaled.shift;
+    config.generation = config.generation.wrapping_add(1);
+    // One map update: the classifier sees the old or the new value whole.
+    array
+        .set(0, config, 0)
+        .map_err(|e| pin_err("write", &path, e))?;
+    if let Some(mut record) = Record::load(&paths.record)? {
+        record.rate_bits_per_s = rate.bits_per_s();
+        record.store(&paths.record)?;
+    }
+    Ok(old)
 }
 
 /// Opens a pinned map; `None` when the pin is not visible.

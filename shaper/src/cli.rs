@@ -8,7 +8,11 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::{config::parse_duration, rate::Rate};
+use crate::{
+    config::parse_duration,
+    pacer::{PacerArgs, PacerKind, parse_rtt},
+    rate::Rate,
+};
 
 /// eBPF EDT traffic shaper: paces an interface's egress at a set rate with
 /// sch_fq enforcing the departure times.
@@ -30,6 +34,18 @@ pub enum Command {
         /// Only this interface.
         #[arg(long)]
         iface: Option<String>,
+        /// One JSON object per interface, one per line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Change the rate of a running `shaper run`, live, without re-attaching.
+    SetRate {
+        /// The shaped interface.
+        #[arg(long, value_name = "IF")]
+        iface: String,
+        /// The new rate in tc syntax (1kbit to 1tbit).
+        #[arg(value_name = "RATE", allow_hyphen_values = true)]
+        rate: Rate,
     },
     /// Restore interfaces that a killed `shaper run` left shaped.
     Cleanup {
@@ -52,8 +68,43 @@ pub struct RunArgs {
     #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
     pub rate: Rate,
     /// Drop packets the pacer would hold longer than this (10ms to 10s).
-    #[arg(long, value_name = "DURATION", default_value = "2s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = parse_duration)]
     pub horizon: Duration,
+    /// Which pacer: per-flow fair (default) or one aggregate clock.
+    #[arg(long, value_enum, value_name = "KIND")]
+    pub pacer: Option<PacerKind>,
+    /// CoDel target on each flow's scheduled delay (default 5ms).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "rtt")]
+    pub target: Option<Duration>,
+    /// CoDel interval (default 100ms; 1ms to 4s).
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration, conflicts_with = "rtt")]
+    pub interval: Option<Duration>,
+    /// Path RTT the AQM is tuned for, as CAKE's presets (datacentre, lan,
+    /// metro, regional, internet, oceanic, satellite) or a duration:
+    /// interval = RTT, target = RTT/20.
+    #[arg(long, value_name = "RTT", value_parser = parse_rtt)]
+    pub rtt: Option<Duration>,
+    /// Flows the flow table holds (64 to 1048576, rounded up to a power of
+    /// two; default 65536).
+    #[arg(long, value_name = "N")]
+    pub flows: Option<u64>,
+    /// Drop instead of CE-marking ECN-capable packets.
+    #[arg(long)]
+    pub no_ecn: bool,
+}
+
+impl RunArgs {
+    /// The pacer settings as given.
+    pub fn pacer_args(&self) -> PacerArgs {
+        PacerArgs {
+            kind: self.pacer,
+            target: self.target,
+            interval: self.interval,
+            rtt: self.rtt,
+            flows: self.flows,
+            no_ecn: self.no_ecn,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -75,7 +126,8 @@ mod tests {
             Command::Run(a) => {
                 assert_eq!(a.iface, "eth0");
                 assert_eq!(a.rate.bits_per_s(), 850_000_000);
-                assert_eq!(a.horizon, Duration::from_secs(2));
+                assert_eq!(a.horizon, Duration::from_millis(500));
+                assert_eq!(a.pacer_args(), PacerArgs::default());
             }
             other => panic!("{other:?}"),
         }
@@ -98,5 +150,13 @@ mod tests {
         ])
         .expect_err("unitless horizon");
         assert!(err.to_string().contains("no unit"), "{err}");
+        let err = Cli::try_parse_from([
+            "shaper", "run", "--iface", "e", "--rate", "1mbit", "--rtt", "lan", "--target", "1ms",
+        ])
+        .expect_err("rtt with target");
+        assert_eq!(err.exit_code(), 2);
+        let cli = Cli::try_parse_from(["shaper", "set-rate", "--iface", "e", "20mbit"])
+            .expect("set-rate");
+        assert!(matches!(cli.command, Command::SetRate { .. }));
     }
 }

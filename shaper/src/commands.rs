@@ -94,7 +94,8 @@ fn check_not_shaped(link: &Link, paths: &Paths) -> Result<()> {
 
 /// `shaper run`.
 pub fn run(args: RunArgs) -> Result<()> {
-    let config = RunConfig::new(args.iface, args.rate, args.horizon)?;
+    let pacer = args.pacer_args();
+    let config = RunConfig::with_pacer(args.iface, args.rate, args.horizon, &pacer)?;
     Capabilities::current()?.check()?;
     let link = link_by_name(&config.iface)?;
     checks::check_link(&link)?;
@@ -140,9 +141,15 @@ pub fn run(args: RunArgs) -> Result<()> {
 }
 
 /// `shaper status`.
-pub fn status(iface: Option<String>) -> Result<()> {
+pub fn status(iface: Option<String>, json: bool) -> Result<()> {
     let netns = state::current_netns()?;
     let list = status::collect(&Roots::default(), netns, iface.as_deref())?;
+    if json {
+        for st in &list {
+            println!("{}", status::to_json(st));
+        }
+        return Ok(());
+    }
     if list.is_empty() {
         match iface {
             Some(i) => println!("{i}: not shaped by shaper"),
@@ -151,6 +158,21 @@ pub fn status(iface: Option<String>) -> Result<()> {
         return Ok(());
     }
     print!("{}", status::render(&list));
+    Ok(())
+}
+
+/// `shaper set-rate`: rewrites the rate in the running pacer's pinned
+/// configuration map. The classifier reads it on every packet, so the new
+/// rate applies from the next packet; packets already stamped leave as
+/// scheduled (at most the horizon, in practice CoDel's target).
+pub fn set_rate(iface: &str, rate: crate::rate::Rate) -> Result<()> {
+    Capabilities::current()?.check()?;
+    let netns = state::current_netns()?;
+    let paths = Roots::default().paths(iface, netns);
+    let old = crate::attach::set_rate(iface, &paths, rate)?;
+    let old = crate::rate::Rate::from_bits_per_s(old.saturating_mul(8))
+        .map_or_else(|| format!("{old} bytes/s"), |r| r.to_string());
+    println!("shaper: {iface} egress rate {old} -> {rate}");
     Ok(())
 }
 

@@ -3,9 +3,13 @@
 
 use std::time::Duration;
 
-use shaper_common::config::PacerConfig;
+use shaper_common::config::{FLAG_ECN, FLAG_FAIR, PacerConfig};
 
-use crate::rate::Rate;
+use crate::{
+    pacer::{PacerArgs, PacerError, PacerKind, PacerSettings},
+    rate::Rate,
+    tc::FqParams,
+};
 
 /// Shortest accepted horizon: below a few packet times at the slowest rate
 /// the pacer would drop nearly everything.
@@ -18,11 +22,14 @@ pub const MAX_HORIZON: Duration = Duration::from_secs(10);
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
     /// Horizon out of range.
-    #[error("--horizon {given_ms} ms is out of range: give 10ms to 10s (default 2s)")]
+    #[error("--horizon {given_ms} ms is out of range: give 10ms to 10s (default 500ms)")]
     Horizon {
         /// What was given, in ms.
         given_ms: u128,
     },
+    /// Pacer settings refused.
+    #[error(transparent)]
+    Pacer(#[from] PacerError),
 }
 
 /// What `shaper run` shapes and how.
@@ -34,21 +41,67 @@ pub struct RunConfig {
     pub rate: Rate,
     /// Packets that would leave later than this are dropped by the pacer.
     pub horizon: Duration,
+    /// Which pacer, with its AQM and flow table settings.
+    pub pacer: PacerSettings,
 }
 
 impl RunConfig {
-    /// Validates the parts the types do not already guarantee.
+    /// Validates the parts the types do not already guarantee; the fair
+    /// pacer with its defaults.
     pub fn new(iface: String, rate: Rate, horizon: Duration) -> Result<Self, ConfigError> {
+        Self::with_pacer(iface, rate, horizon, &PacerArgs::default())
+    }
+
+    /// As [`RunConfig::new`], with the pacer settings given.
+    pub fn with_pacer(
+        iface: String,
+        rate: Rate,
+        horizon: Duration,
+        pacer: &PacerArgs,
+    ) -> Result<Self, ConfigError> {
         if !(MIN_HORIZON..=MAX_HORIZON).contains(&horizon) {
             return Err(ConfigError::Horizon {
                 given_ms: horizon.as_millis(),
             });
         }
+        let pacer = PacerSettings::resolve(pacer, rate)?;
         Ok(Self {
             iface,
             rate,
             horizon,
+            pacer,
         })
+    }
+
+    /// The sch_fq settings that fit the pacer (the reasons are in
+    /// `docs/pacer.md`, section "sch_fq settings"):
+    /// - `horizon`: the pacer's plus 1 s, so sch_fq never drops or caps a
+    ///   packet the pacer stamped, and `horizon_drop` stays on as a backstop;
+    /// - `flow_limit` and `limit`: what the pacer can have scheduled, the
+    ///   rate times its horizon in full-size frames, twice over, at least
+    ///   sch_fq's defaults (100 and 10000); capped at 1M packets;
+    /// - `orphan_mask`: all 32 bits, so forwarded flows (no socket) get a
+    ///   queue each by skb hash: a sparse packet sharing a queue with a
+    ///   paced flow would wait behind that flow's stamped packets;
+    /// - `buckets`: 2^log2(flows/4), at least sch_fq's 2^10 and at most its
+    ///   2^18, so flow lookup stays short with the flow table full;
+    /// - `quantum`, `initial_quantum`, timer slack: sch_fq's defaults; they
+    ///   only order packets that are already due.
+    pub fn fq_params(&self) -> FqParams {
+        let horizon_us = u32::try_from(self.horizon.as_micros() + 1_000_000).unwrap_or(u32::MAX);
+        let frames = u128::from(self.rate.bytes_per_s()) * self.horizon.as_millis() / 1000 / 1514;
+        let frames = u32::try_from((2 * frames).min(1 << 20)).unwrap_or(1 << 20);
+        let flows = self.pacer.flows.max(4);
+        let buckets_log = (flows / 4).ilog2().clamp(10, 18);
+        FqParams {
+            limit_packets: Some(frames.max(10_000)),
+            flow_limit_packets: Some(frames.max(100)),
+            orphan_mask: Some(u32::MAX),
+            buckets_log: Some(buckets_log),
+            horizon_us: Some(horizon_us),
+            horizon_drop: Some(true),
+            ..FqParams::default()
+        }
     }
 
     /// The classifier's configuration map value.
@@ -59,8 +112,29 @@ impl RunConfig {
         if !has_l2_header {
             c.flags |= shaper_common::config::FLAG_NO_L2;
         }
+        let p = &self.pacer;
+        c.flags &= !(FLAG_FAIR | FLAG_ECN);
+        if p.kind == PacerKind::Fair {
+            c.flags |= FLAG_FAIR;
+        }
+        if p.ecn {
+            c.flags |= FLAG_ECN;
+        }
+        c.target_ns = p.target_ns;
+        c.interval_ns = p.interval_ns;
+        c.flow_sets_mask = p.flow_sets() - 1;
+        c.hash_seed = random_seed();
         c
     }
+}
+
+/// A per-run seed for the flow hash, from the standard library's per-process
+/// random keys.
+fn random_seed() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(u64::from(std::process::id()));
+    h.finish()
 }
 
 /// Parses a duration like `2s`, `500ms`, `100us`, `1.5s`.
@@ -128,6 +202,24 @@ mod tests {
         assert_eq!(p.flags & shaper_common::config::FLAG_NO_L2, 0);
         let p = c.pacer_config(false);
         assert_ne!(p.flags & shaper_common::config::FLAG_NO_L2, 0);
+    }
+
+    #[test]
+    fn fq_fits_the_pacer() {
+        let c =
+            RunConfig::new("v".into(), rate("50mbit"), Duration::from_millis(500)).expect("valid");
+        let fq = c.fq_params();
+        // 6.25 MB/s for 0.5 s is 2064 frames; twice that.
+        assert_eq!(fq.flow_limit_packets, Some(4128));
+        assert_eq!(fq.limit_packets, Some(10_000));
+        assert_eq!(fq.horizon_us, Some(1_500_000));
+        assert_eq!(fq.orphan_mask, Some(u32::MAX));
+        assert_eq!(fq.buckets_log, Some(14));
+        fq.validate().expect("sch_fq accepts it");
+        let p = c.pacer_config(true);
+        assert_ne!(p.flags & FLAG_FAIR, 0);
+        assert_eq!(p.flow_sets_mask, 8191);
+        assert_eq!((p.target_ns, p.interval_ns), (5_000_000, 100_000_000));
     }
 
     #[test]

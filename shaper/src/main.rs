@@ -22,7 +22,9 @@ fn exit_code(err: &anyhow::Error) -> i32 {
             )
             || matches!(
                 cause.downcast_ref::<AttachError>(),
-                Some(AttachError::Check(_) | AttachError::Object(_))
+                Some(
+                    AttachError::Check(_) | AttachError::Object(_) | AttachError::NotShaped { .. }
+                )
             )
         {
             return 2;
@@ -42,7 +44,8 @@ fn main() {
     let cli = cli::Cli::parse();
     let result = match cli.command {
         cli::Command::Run(args) => commands::run(args),
-        cli::Command::Status { iface } => commands::status(iface),
+        cli::Command::Status { iface, json } => commands::status(iface, json),
+        cli::Command::SetRate { iface, rate } => commands::set_rate(&iface, rate),
         cli::Command::Cleanup { iface, force } => commands::cleanup(iface, force),
     };
     if let Err(e) = result {

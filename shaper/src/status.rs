@@ -87,6 +87,46 @@ pub fn collect(
     Ok(out)
 }
 
+/// One JSON object for `shaper status --json`: the record's essentials, the
+/// pacer's configuration and every counter by name.
+pub fn to_json(st: &IfaceStatus) -> String {
+    let r = &st.record;
+    let mut v = serde_json::json!({
+        "iface": r.iface,
+        "ifindex": r.ifindex,
+        "pid": r.pid,
+        "running": st.pid_alive,
+        "present": st.present,
+        "rate_bits_per_s": r.rate_bits_per_s,
+        "root_qdisc": st.root_qdisc,
+        "classifier": match r.attach {
+            Some(AttachMode::Tcx) => "tcx",
+            Some(AttachMode::Netlink { .. }) => "tc clsact",
+            None => "none",
+        },
+    });
+    if let Some(c) = &st.config {
+        v["pacer"] = serde_json::json!({
+            "kind": if c.fair() { "fair" } else { "aggregate" },
+            "rate_bytes_per_s": c.rate_bytes_per_s,
+            "horizon_ns": c.horizon_ns,
+            "target_ns": c.target_ns,
+            "interval_ns": c.interval_ns,
+            "flows": (u64::from(c.flow_sets_mask) + 1) * shaper_common::flow::WAYS as u64,
+            "ecn": c.flags & shaper_common::config::FLAG_ECN != 0,
+            "generation": c.generation,
+        });
+    }
+    if let Some(counters) = &st.counters {
+        let map: serde_json::Map<String, serde_json::Value> = counters
+            .iter()
+            .map(|(c, n)| (c.name().to_owned(), serde_json::Value::from(*n)))
+            .collect();
+        v["counters"] = serde_json::Value::Object(map);
+    }
+    v.to_string()
+}
+
 /// Human-readable report.
 pub fn render(statuses: &[IfaceStatus]) -> String {
     let mut s = String::new();
@@ -130,7 +170,8 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
         if let Some(c) = &st.config {
             let _ = writeln!(
                 s,
-                "  pacer:      {} bytes/s, horizon {} ms, {}",
+                "  pacer:      {} ({} bytes/s), horizon {} ms, {}",
+                if c.fair() { "fair" } else { "aggregate" },
                 c.rate_bytes_per_s,
                 c.horizon_ns / 1_000_000,
                 if c.enabled() {
@@ -139,6 +180,20 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
                     "counting only"
                 }
             );
+            if c.fair() {
+                let _ = writeln!(
+                    s,
+                    "  aqm:        CoDel target {} us, interval {} ms, ECN {}; flow table {} flows",
+                    c.target_ns / 1_000,
+                    c.interval_ns / 1_000_000,
+                    if c.flags & shaper_common::config::FLAG_ECN != 0 {
+                        "marks"
+                    } else {
+                        "off"
+                    },
+                    (u64::from(c.flow_sets_mask) + 1) * shaper_common::flow::WAYS as u64
+                );
+            }
         }
         match &st.counters {
             Some(counters) => {

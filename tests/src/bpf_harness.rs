@@ -22,6 +22,8 @@ use shaper_common::{
     EGRESS_PROGRAM,
     config::{AggregateState, PacerConfig},
     counters::Counter,
+    fair::FairState,
+    flow::FlowSet,
     maps,
     rate::ScaledRate,
 };
@@ -65,6 +67,8 @@ pub struct Harness {
     pub config: Array<MapData, PacerConfig>,
     pub counters: PerCpuArray<MapData, u64>,
     pub agg: Array<MapData, AggregateState>,
+    pub fair: Array<MapData, FairState>,
+    pub flows: Array<MapData, FlowSet>,
 }
 
 /// Counter values summed over CPUs, indexed by `Counter`.
@@ -106,12 +110,18 @@ impl Harness {
         let counters =
             PerCpuArray::try_from(take(&mut ebpf, maps::COUNTERS)).expect("counters map type");
         let agg = Array::try_from(take(&mut ebpf, maps::AGGREGATE)).expect("agg map type");
+        let mut fair = Array::try_from(take(&mut ebpf, maps::FAIR)).expect("fair map type");
+        fair.set(0, FairState::default(), 0)
+            .expect("write SHAPER_FAIR");
+        let flows = Array::try_from(take(&mut ebpf, maps::FLOWS)).expect("flows map type");
         Some(Self {
             ebpf,
             prog,
             config,
             counters,
             agg,
+            fair,
+            flows,
         })
     }
 
@@ -219,8 +229,17 @@ pub fn monotonic_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// A config that paces at `rate_bytes_per_s` with the default horizon.
+/// A config of the *aggregate* pacer at `rate_bytes_per_s` with the
+/// default horizon.
 pub fn pacing_at(rate_bytes_per_s: u64) -> (PacerConfig, ScaledRate) {
+    let rate = ScaledRate::from_bytes_per_s(rate_bytes_per_s).expect("rate in range");
+    let mut c = PacerConfig::new(rate_bytes_per_s, rate);
+    c.flags &= !shaper_common::config::FLAG_FAIR;
+    (c, rate)
+}
+
+/// A config of the fair pacer at `rate_bytes_per_s`, every default.
+pub fn fair_at(rate_bytes_per_s: u64) -> (PacerConfig, ScaledRate) {
     let rate = ScaledRate::from_bytes_per_s(rate_bytes_per_s).expect("rate in range");
     (PacerConfig::new(rate_bytes_per_s, rate), rate)
 }

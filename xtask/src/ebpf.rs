@@ -25,10 +25,11 @@ pub fn build_ebpf(root: &Path, tc: &BpfToolchain) -> Result<PathBuf> {
         .args(["--target", "bpfel-unknown-none", "-Z", "build-std=core"])
         .args(["--target-dir", "target/bpf"])
         .env("PATH", toolchain::path_with_cargo_bin())
-        // BTF for the maps and programs; debuginfo feeds it.
+        // BTF for the maps and programs; debuginfo feeds it. BPF ISA v3 for
+        // atomic fetch-and-add and compare-and-swap (kernel 5.12 and later).
         .env(
             "CARGO_TARGET_BPFEL_UNKNOWN_NONE_RUSTFLAGS",
-            "-C debuginfo=2 -C link-arg=--btf",
+            "-C debuginfo=2 -C link-arg=--btf -C target-cpu=v3",
         )
         // The outer `cargo xtask` may have set these for its own toolchain.
         .env_remove("RUSTUP_TOOLCHAIN")

@@ -1,0 +1,52 @@
+//! Atomic operations on map memory shared between CPUs.
+//!
+//! The `bpfel-unknown-none` target declares no compare-and-swap, so
+//! `core::sync::atomic` offers no read-modify-write methods there; the
+//! compiler intrinsics lower to the BPF ISA v3 atomics (`BPF_ADD`,
+//! `BPF_CMPXCHG`, kernel 5.12 and later), which the build selects with
+//! `-C target-cpu=v3`. All orderings are relaxed: the values are counters
+//! and an epoch number, and no other memory is published through them.
+
+use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
+
+/// Adds `v` to `*p`.
+///
+/// # Safety
+/// `p` must point to a live, 8-byte aligned `u64` in map memory.
+#[inline(always)]
+pub unsafe fn add(p: *mut u64, v: u64) {
+    // SAFETY: the caller's contract.
+    unsafe { atomic_xadd::<u64, u64, { Relaxed }>(p, v) };
+}
+
+/// Reads `*p`. An aligned 8-byte BPF load is single-copy atomic; LLVM's
+/// BPF backend cannot select a relaxed atomic load below ISA v4, so this is
+/// a volatile load.
+///
+/// # Safety
+/// As for [`add`].
+#[inline(always)]
+pub unsafe fn load(p: *const u64) -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe { core::ptr::read_volatile(p) }
+}
+
+/// Writes `*p`, as a volatile (single-copy atomic) store; see [`load`].
+///
+/// # Safety
+/// As for [`add`].
+#[inline(always)]
+pub unsafe fn store(p: *mut u64, v: u64) {
+    // SAFETY: the caller's contract.
+    unsafe { core::ptr::write_volatile(p, v) }
+}
+
+/// Replaces `*p` by `new` if it equals `old`; true if it did.
+///
+/// # Safety
+/// As for [`add`].
+#[inline(always)]
+pub unsafe fn compare_exchange(p: *mut u64, old: u64, new: u64) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { atomic_cxchg::<u64, { Relaxed }, { Relaxed }>(p, old, new) }.1
+}

@@ -1,0 +1,272 @@
+//! The pacer's settings as the user gives them (`--pacer`, `--target`,
+//! `--interval`, `--rtt`, `--flows`, `--no-ecn`), validated and resolved into
+//! what the classifier and sch_fq need.
+//!
+//! AQM timing follows CAKE's rules (sch_cake.c, `cake_set_rate` and the
+//! `rtt` presets of tc-cake(8)): `--rtt R` sets interval R and target R/20;
+//! at low rates the target is raised to 1.5 transmission times of a
+//! full-size frame, and the interval by the same amount (at least twice the
+//! target), so a single packet in flight is never treated as a standing
+//! queue.
+//!
+//! Units are in names. Non-goals: per-tin settings, weights.
+
+use std::time::Duration;
+
+use shaper_common::{
+    codel::MAX_INTERVAL_NS,
+    config::{DEFAULT_INTERVAL_NS, DEFAULT_TARGET_NS},
+    flow::{DEFAULT_FLOWS, WAYS},
+};
+
+use crate::rate::Rate;
+
+/// Which pacer the classifier runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PacerKind {
+    /// Per-flow departure clocks at a fair share, CoDel on each flow.
+    Fair,
+    /// One clock for all traffic (Cilium's Bandwidth Manager design); kept
+    /// for comparison, it has no flow isolation and no AQM.
+    Aggregate,
+}
+
+/// The fewest and most flows the table may hold.
+pub const MIN_FLOWS: u32 = 64;
+/// See [`MIN_FLOWS`]; 1M flows take 64 MiB of map memory.
+pub const MAX_FLOWS: u32 = 1 << 20;
+/// Bytes of the full-size frame the AQM timing is derived from.
+const MTU_FRAME_BYTES: u32 = 1514;
+
+/// The `--rtt` presets, CAKE's names and values.
+pub const RTT_PRESETS: [(&str, Duration); 7] = [
+    ("datacentre", Duration::from_micros(100)),
+    ("lan", Duration::from_millis(1)),
+    ("metro", Duration::from_millis(10)),
+    ("regional", Duration::from_millis(30)),
+    ("internet", Duration::from_millis(100)),
+    ("oceanic", Duration::from_millis(300)),
+    ("satellite", Duration::from_millis(1000)),
+];
+
+/// Why pacer settings were refused.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum PacerError {
+    /// The interval does not fit the control law's fixed point.
+    #[error("--interval (or --rtt) {given_ms} ms is out of range: give 1ms to 4s (default 100ms)")]
+    Interval {
+        /// What resulted, in ms.
+        given_ms: u128,
+    },
+    /// The target is out of range or not below the interval.
+    #[error(
+        "--target {target_us} us must be at least 10us and below the interval ({interval_us} us); \
+         the default is 5ms with a 100ms interval"
+    )]
+    Target {
+        /// Target in µs.
+        target_us: u128,
+        /// Interval in µs.
+        interval_us: u128,
+    },
+    /// Flow table size out of range.
+    #[error("--flows {given} is out of range: give 64 to 1048576 (default 65536)")]
+    Flows {
+        /// What was given.
+        given: u64,
+    },
+    /// AQM settings given to the aggregate pacer, which has no AQM.
+    #[error("--{flag} applies to the fair pacer only: drop it, or drop --pacer aggregate")]
+    NotForAggregate {
+        /// The flag's name.
+        flag: &'static str,
+    },
+}
+
+/// The pacer settings as given on the command line.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PacerArgs {
+    /// `--pacer`; fair when absent.
+    pub kind: Option<PacerKind>,
+    /// `--target`.
+    pub target: Option<Duration>,
+    /// `--interval`.
+    pub interval: Option<Duration>,
+    /// `--rtt`.
+    pub rtt: Option<Duration>,
+    /// `--flows`.
+    pub flows: Option<u64>,
+    /// `--no-ecn`.
+    pub no_ecn: bool,
+}
+
+/// Resolved pacer settings.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PacerSettings {
+    /// Which pacer.
+    pub kind: PacerKind,
+    /// CoDel target, after the low-rate adjustment.
+    pub target_ns: u64,
+    /// CoDel interval, after the low-rate adjustment.
+    pub interval_ns: u64,
+    /// Flows the table holds: a power of two, a multiple of the ways.
+    pub flows: u32,
+    /// CE-mark ECN-capable packets instead of dropping them.
+    pub ecn: bool,
+}
+
+impl PacerSettings {
+    /// Validates `args` for `rate`.
+    pub fn resolve(args: &PacerArgs, rate: Rate) -> Result<Self, PacerError> {
+        let kind = args.kind.unwrap_or(PacerKind::Fair);
+        if kind == PacerKind::Aggregate {
+            for (given, flag) in [
+                (args.target.is_some(), "target"),
+                (args.interval.is_some(), "interval"),
+                (args.rtt.is_some(), "rtt"),
+                (args.flows.is_some(), "flows"),
+                (args.no_ecn, "no-ecn"),
+            ] {
+                if given {
+                    return Err(PacerError::NotForAggregate { flag });
+                }
+            }
+        }
+        let ns = |d: Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let (target_ns, interval_ns) = match args.rtt {
+            Some(rtt) => (ns(rtt) / 20, ns(rtt)),
+            None => (
+                args.target.map_or(DEFAULT_TARGET_NS, ns),
+                args.interval.map_or(DEFAULT_INTERVAL_NS, ns),
+            ),
+        };
+        if !(1_000_000..=4_000_000_000).contains(&interval_ns) && args.rtt.is_none() {
+            return Err(PacerError::Interval {
+                given_ms: u128::from(interval_ns / 1_000_000),
+            });
+        }
+        if target_ns < 10_000 && args.rtt.is_none() || target_ns >= interval_ns {
+            return Err(PacerError::Target {
+                target_us: u128::from(target_ns / 1_000),
+                interval_us: u128::from(interval_ns / 1_000),
+            });
+        }
+        // CAKE's low-rate rule: at least 1.5 frame times of target.
+        let frame_ns = rate.scaled().tx_time_ns(MTU_FRAME_BYTES);
+        let target_eff = target_ns.max(frame_ns * 3 / 2);
+        let interval_eff = (interval_ns + (target_eff - target_ns)).max(2 * target_eff);
+        if interval_eff >= MAX_INTERVAL_NS || interval_eff > 4_000_000_000 {
+            return Err(PacerError::Interval {
+                given_ms: u128::from(interval_eff / 1_000_000),
+            });
+        }
+        let flows = args.flows.unwrap_or(u64::from(DEFAULT_FLOWS));
+        if !(u64::from(MIN_FLOWS)..=u64::from(MAX_FLOWS)).contains(&flows) {
+            return Err(PacerError::Flows { given: flows });
+        }
+        // In range, so it fits; rounded up to a power of two (>= WAYS).
+        let flows = (flows as u32).next_power_of_two().max(WAYS as u32);
+        Ok(Self {
+            kind,
+            target_ns: target_eff,
+            interval_ns: interval_eff,
+            flows,
+            ecn: !args.no_ecn,
+        })
+    }
+
+    /// Sets of the flow table.
+    pub fn flow_sets(&self) -> u32 {
+        self.flows / WAYS as u32
+    }
+}
+
+/// Parses `--rtt`: a preset name or a duration.
+pub fn parse_rtt(s: &str) -> Result<Duration, String> {
+    if let Some((_, d)) = RTT_PRESETS.iter().find(|(n, _)| *n == s) {
+        return Ok(*d);
+    }
+    crate::config::parse_duration(s).map_err(|e| {
+        let names: Vec<&str> = RTT_PRESETS.iter().map(|(n, _)| *n).collect();
+        format!("{e}, or a preset: {}", names.join(", "))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rate(s: &str) -> Rate {
+        s.parse().expect("valid rate")
+    }
+
+    #[test]
+    fn defaults_are_rfc_8289s_at_ordinary_rates() {
+        let s = PacerSettings::resolve(&PacerArgs::default(), rate("50mbit")).expect("valid");
+        assert_eq!(s.kind, PacerKind::Fair);
+        assert_eq!((s.target_ns, s.interval_ns), (5_000_000, 100_000_000));
+        assert_eq!(s.flows, 65_536);
+        assert!(s.ecn);
+    }
+
+    #[test]
+    fn low_rates_raise_target_and_interval_as_cake_does() {
+        // 1 mbit: a 1514-byte frame takes 12.112 ms; target 18.168 ms.
+        let s = PacerSettings::resolve(&PacerArgs::default(), rate("1mbit")).expect("valid");
+        assert_eq!(s.target_ns, 18_168_000);
+        assert_eq!(s.interval_ns, 100_000_000 + 13_168_000);
+    }
+
+    #[test]
+    fn rtt_presets_and_durations() {
+        let args = PacerArgs {
+            rtt: Some(parse_rtt("metro").expect("preset")),
+            ..PacerArgs::default()
+        };
+        let s = PacerSettings::resolve(&args, rate("1gbit")).expect("valid");
+        assert_eq!((s.target_ns, s.interval_ns), (500_000, 10_000_000));
+        assert_eq!(parse_rtt("20ms"), Ok(Duration::from_millis(20)));
+        let err = parse_rtt("moon").expect_err("unknown");
+        assert!(err.contains("satellite"), "{err}");
+    }
+
+    #[test]
+    fn bad_settings_name_the_flag() {
+        let bad = |args: PacerArgs| {
+            PacerSettings::resolve(&args, rate("50mbit"))
+                .expect_err("invalid")
+                .to_string()
+        };
+        let e = bad(PacerArgs {
+            interval: Some(Duration::from_secs(5)),
+            ..PacerArgs::default()
+        });
+        assert!(e.contains("--interval"), "{e}");
+        let e = bad(PacerArgs {
+            target: Some(Duration::from_millis(200)),
+            ..PacerArgs::default()
+        });
+        assert!(e.contains("--target"), "{e}");
+        let e = bad(PacerArgs {
+            flows: Some(10),
+            ..PacerArgs::default()
+        });
+        assert!(e.contains("--flows"), "{e}");
+        let e = bad(PacerArgs {
+            kind: Some(PacerKind::Aggregate),
+            target: Some(Duration::from_millis(5)),
+            ..PacerArgs::default()
+        });
+        assert!(e.contains("fair pacer only"), "{e}");
+    }
+
+    #[test]
+    fn flows_round_up_to_a_power_of_two() {
+        let args = PacerArgs {
+            flows: Some(1000),
+            ..PacerArgs::default()
+        };
+        let s = PacerSettings::resolve(&args, rate("50mbit")).expect("valid");
+        assert_eq!((s.flows, s.flow_sets()), (1024, 128));
+    }
+}

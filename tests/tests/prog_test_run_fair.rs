@@ -1,0 +1,265 @@
+//! The fair pacer in the kernel, through `BPF_PROG_TEST_RUN`: a new flow
+//! passes, its next packet is paced by its own clock, another flow is not
+//! paced behind it (the aggregate pacer would), CE marking with a correct
+//! IPv4 checksum and on IPv6, AQM and horizon drops, a full flow-table set,
+//! VLAN ids in the key, and the epoch update of the fair share.
+//!
+//! Run: `cargo test -p shaper-tests --test prog_test_run_fair -- --test-threads=1`
+
+use shaper::bpf::test_run::SkBuff;
+use shaper_common::{
+    counters::Counter,
+    fair::{EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, MULT_ONE},
+    flow::{FlowSet, WAYS},
+};
+use shaper_tests::{
+    bpf_harness::*,
+    packets::{Frame, Ipv4, Ipv6, Packet, Tpid, Transport, internet_checksum},
+};
+
+const SHOT: i32 = 2;
+
+/// An IPv4/UDP packet with source port `sport` and ECN bits `ecn`, the
+/// header checksum fixed.
+fn udp4(sport: u16, ecn: u8) -> Packet {
+    let mut p = Frame::ipv4(Ipv4::new(Transport::Udp { payload_len: 200 })).build();
+    let l3 = p.layout.l3.start;
+    p.bytes[l3 + 1] = (p.bytes[l3 + 1] & !3) | ecn;
+    p.bytes[l3 + 10] = 0;
+    p.bytes[l3 + 11] = 0;
+    let ihl = usize::from(p.bytes[l3] & 0x0f) * 4;
+    let sum = internet_checksum(&p.bytes[l3..l3 + ihl]);
+    p.bytes[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
+    let l4 = p.layout.l4.clone().expect("udp header").start;
+    p.bytes[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
+    p
+}
+
+/// The fair pacer at 10 kB/s (100 us per byte) with one flow-table set, so
+/// every flow lands in set 0 and the test can see it.
+fn one_set(h: &mut Harness) {
+    let (mut config, _) = fair_at(10_000);
+    config.flow_sets_mask = 0;
+    h.set_config(config);
+}
+
+fn set0(h: &Harness) -> FlowSet {
+    h.flows.get(&0, 0).expect("read SHAPER_FLOWS")
+}
+
+fn counted(before: &Counts, after: &Counts, c: Counter) -> u64 {
+    after[c as usize] - before[c as usize]
+}
+
+#[test]
+fn new_flow_passes_then_its_own_clock_paces_it_and_other_flows_pass() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    let a = udp4(1000, 0);
+    let before = h.counts();
+    let t0 = monotonic_ns();
+    let out = h.run(&a.bytes, None);
+    assert_eq!(out.retval, PASS);
+    assert_eq!(
+        out.ctx.tstamp, 0,
+        "a new flow's first packet leaves at once"
+    );
+    let tx = a.len() as u64 * 100_000;
+    let flow = set0(&h).ways[0];
+    assert_ne!(flow.tag, 0, "the flow took way 0");
+    assert!(
+        (t0 + tx..t0 + tx + 50_000_000).contains(&flow.t_next_ns),
+        "clock {} must be about now + {tx} (m = 1)",
+        flow.t_next_ns
+    );
+    // Its second packet is paced to its own clock.
+    let out = h.run(&a.bytes, None);
+    assert_eq!(out.ctx.tstamp, flow.t_next_ns);
+    assert_eq!(set0(&h).ways[0].t_next_ns, flow.t_next_ns + tx);
+    // Another flow is not queued behind it.
+    let b = udp4(2000, 0);
+    let out = h.run(&b.bytes, None);
+    assert_eq!(
+        out.ctx.tstamp, 0,
+        "a second flow's first packet leaves at once"
+    );
+    let after = h.counts();
+    assert_eq!(counted(&before, &after, Counter::FlowNew), 2);
+    assert_eq!(counted(&before, &after, Counter::Paced), 1);
+    assert_eq!(counted(&before, &after, Counter::PassedUnpaced), 2);
+}
+
+#[test]
+fn the_aggregate_pacer_would_queue_the_second_flow() {
+    // The contrast: one clock for all traffic.
+    let Some(mut h) = Harness::load() else { return };
+    let (config, _) = pacing_at(10_000);
+    h.set_config(config);
+    h.run(&udp4(1000, 0).bytes, None);
+    let out = h.run(&udp4(2000, 0).bytes, None);
+    assert_ne!(out.ctx.tstamp, 0, "the aggregate clock paces every flow");
+}
+
+/// Puts way 0 of set 0 into a standing queue: `ahead_ns` of scheduled delay,
+/// above target for longer than an interval.
+fn standing_queue(h: &mut Harness, p: &Packet, ahead_ns: u64) {
+    h.run(&p.bytes, None);
+    let mut set = set0(h);
+    set.ways[0].t_next_ns = monotonic_ns() + ahead_ns;
+    set.ways[0].codel.first_above_ns = 1;
+    h.flows.set(0, set, 0).expect("write SHAPER_FLOWS");
+}
+
+#[test]
+fn ect_packet_in_a_standing_queue_is_ce_marked_with_a_valid_checksum() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    let p = udp4(1000, 0b10); // ECT(0)
+    standing_queue(&mut h, &p, 30_000_000);
+    let before = h.counts();
+    let out = h.run(&p.bytes, None);
+    let after = h.counts();
+    assert_eq!(out.retval, PASS);
+    assert_ne!(out.ctx.tstamp, 0, "a marked packet is still paced");
+    assert_eq!(counted(&before, &after, Counter::CeMarked), 1);
+    let l3 = p.layout.l3.clone();
+    assert_eq!(out.data[l3.start + 1] & 3, 3, "ECN field is CE");
+    assert_eq!(
+        internet_checksum(&out.data[l3.start..l3.start + 20]),
+        0,
+        "the IPv4 header checksum still verifies"
+    );
+    // Only the ECN bits changed.
+    let mut expect = p.bytes.clone();
+    expect[l3.start + 1] |= 3;
+    expect[l3.start + 10..l3.start + 12].copy_from_slice(&out.data[l3.start + 10..l3.start + 12]);
+    assert_eq!(out.data, expect);
+}
+
+#[test]
+fn ipv6_ect_packet_is_ce_marked_in_the_traffic_class() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    let mut p = Frame::ipv6(Ipv6::new(Transport::Udp { payload_len: 100 })).build();
+    let l3 = p.layout.l3.start;
+    p.bytes[l3 + 1] |= 0x20; // ECT(0): traffic class bit 1 is bit 5 of byte 1
+    standing_queue(&mut h, &p, 30_000_000);
+    let before = h.counts();
+    let out = h.run(&p.bytes, None);
+    assert_eq!(counted(&before, &h.counts(), Counter::CeMarked), 1);
+    assert_eq!(out.data[l3 + 1] & 0x30, 0x30, "ECN field is CE");
+    assert_eq!(out.data[l3] & 0xf0, 0x60, "version untouched");
+}
+
+#[test]
+fn non_ect_packet_in_a_standing_queue_is_dropped_without_using_a_slot() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    let p = udp4(1000, 0);
+    standing_queue(&mut h, &p, 30_000_000);
+    let clock = set0(&h).ways[0].t_next_ns;
+    let before = h.counts();
+    let out = h.run(&p.bytes, None);
+    assert_eq!(out.retval, SHOT);
+    assert_eq!(counted(&before, &h.counts(), Counter::AqmDrop), 1);
+    assert_eq!(
+        set0(&h).ways[0].t_next_ns,
+        clock,
+        "a drop does not advance the clock"
+    );
+}
+
+#[test]
+fn beyond_the_horizon_is_a_horizon_drop() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    let p = udp4(1000, 0b10);
+    standing_queue(&mut h, &p, 2_000_000_000);
+    let before = h.counts();
+    let out = h.run(&p.bytes, None);
+    assert_eq!(out.retval, SHOT);
+    let after = h.counts();
+    assert_eq!(counted(&before, &after, Counter::HorizonDrop), 1);
+    assert_eq!(counted(&before, &after, Counter::CeMarked), 0);
+}
+
+#[test]
+fn a_full_set_of_backlogged_flows_makes_the_next_flow_share() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    // Eight flows, each made backlogged far ahead.
+    for port in 0..WAYS as u16 {
+        h.run(&udp4(3000 + port, 0).bytes, None);
+    }
+    let mut set = set0(&h);
+    let ahead = monotonic_ns() + 100_000_000;
+    for w in &mut set.ways {
+        assert_ne!(w.tag, 0, "eight distinct flows fill the eight ways");
+        w.t_next_ns = ahead;
+    }
+    h.flows.set(0, set, 0).expect("write");
+    let before = h.counts();
+    h.run(&udp4(4000, 0).bytes, None);
+    let after = h.counts();
+    assert_eq!(counted(&before, &after, Counter::FlowTableFull), 1);
+    assert_eq!(counted(&before, &after, Counter::FlowNew), 0);
+    // With an idle way, the new flow takes it over instead.
+    let mut set = set0(&h);
+    set.ways[3].t_next_ns = 0;
+    h.flows.set(0, set, 0).expect("write");
+    let before = h.counts();
+    h.run(&udp4(4001, 0).bytes, None);
+    assert_eq!(counted(&before, &h.counts(), Counter::FlowNew), 1);
+}
+
+#[test]
+fn vlan_id_is_part_of_the_flow_key() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    let inner = || Frame::ipv4(Ipv4::new(Transport::Udp { payload_len: 64 }));
+    let before = h.counts();
+    h.run(&inner().vlan(Tpid::Dot1Q, 10).build().bytes, None);
+    h.run(&inner().vlan(Tpid::Dot1Q, 20).build().bytes, None);
+    h.run(&inner().vlan(Tpid::Dot1Q, 10).build().bytes, None);
+    assert_eq!(counted(&before, &h.counts(), Counter::FlowNew), 2);
+}
+
+#[test]
+fn an_overfull_epoch_raises_the_multiplier_once() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
+    let mut state = FairState {
+        epoch: now_epoch - 1,
+        mult_q16: 2 * MULT_ONE,
+        ..FairState::default()
+    };
+    // The epoch just finished carried 1.5 epochs of transmission time.
+    state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = EPOCH_NS * 3 / 2;
+    h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+    h.run(&udp4(1000, 0).bytes, None);
+    let after = h.fair.get(&0, 0).expect("read");
+    if after.epoch != now_epoch {
+        // The test straddled an epoch boundary (8 ms); the update then had
+        // no measurement. Rare; say so rather than assert nonsense.
+        eprintln!("skipped: crossed an epoch boundary during the test");
+        return;
+    }
+    assert_eq!(after.updates, 1);
+    assert_eq!(after.mult_q16, 2 * MULT_ONE + MULT_ONE / 2);
+    // The finished epoch's slot was cleared for reuse; this packet's own
+    // transmission time counts in the current epoch.
+    assert_eq!(
+        after.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize],
+        0
+    );
+    assert!(after.scheduled_ns[(now_epoch % EPOCH_RING as u64) as usize] > 0);
+    // A socket's own later departure time is respected and counted where it
+    // departs.
+    let ctx = SkBuff {
+        tstamp: monotonic_ns() + 3 * EPOCH_NS,
+        ..SkBuff::default()
+    };
+    let out = h.run(&udp4(1001, 0).bytes, Some(&ctx));
+    assert_eq!(out.ctx.tstamp, ctx.tstamp);
+}
