@@ -12,6 +12,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod link;
+pub mod pacer;
 pub mod rate;
 pub mod state;
 pub mod status;
