@@ -11,6 +11,7 @@ pub mod checks;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod lab;
 pub mod link;
 pub mod pacer;
 pub mod rate;

@@ -1,0 +1,132 @@
+//! The lab: a client → router → server testbed in network namespaces, the
+//! states under test on the router's WAN egress (nothing, CAKE, the shaper),
+//! traffic (iperf3, ping) and the statistics to compare them.
+//!
+//! What it is for: the VM tests that hold the fair pacer against CAKE, the
+//! benchmarks, and later the `shaper lab` command. All of them drive the same
+//! real tools the way an operator would (`ip`, `tc`, `sysctl`, `iperf3`,
+//! `ping` and the `shaper` binary itself), so what the lab measures is what a
+//! router would do.
+//!
+//! Layout, in the order a run uses it:
+//! - [`topology`]: the namespaces, veths, addresses, routes and netem delays
+//!   ([`Testbed`]), removed on drop.
+//! - [`state`]: what shapes the router's WAN egress ([`State`]), applied and
+//!   torn down ([`AppliedState`]).
+//! - [`traffic`]: iperf3 servers and clients with parsed `-J` reports, ping.
+//! - [`cpu`]: whole-machine CPU time from /proc/stat over a run.
+//! - [`stats`]: percentiles, mean, Jain's fairness index.
+//! - [`scenario`]: one run of all of the above, returning a [`RunResult`].
+//!
+//! Invariants:
+//! - The lab changes only namespaces it created (names start with
+//!   `shl-<pid>-`); the caller's own namespace and devices are never touched.
+//! - Every process the lab starts is owned by a value whose drop stops it, so
+//!   a panicking test leaves neither processes nor namespaces behind.
+//! - Processes run in a namespace through `nsenter --net=/run/netns/NAME`,
+//!   which switches the network namespace only: the shaper's bpffs pins stay
+//!   visible to a later `shaper status` (`ip netns exec` would give each
+//!   command a private /sys).
+//!
+//! Units: rates are [`Rate`](crate::rate::Rate) (bit/s) or `f64` bit/s in
+//! results; durations are [`Duration`](std::time::Duration); RTT samples are
+//! milliseconds (`f64`), as ping prints them.
+//!
+//! Non-goals: IPv6, more than two LAN hosts, real NICs, and any attempt to
+//! make absolute figures meaningful under emulation (compare states measured
+//! in the same run instead).
+
+pub mod cpu;
+pub mod scenario;
+pub mod state;
+pub mod stats;
+pub mod topology;
+pub mod traffic;
+
+mod exec;
+
+pub use cpu::{CpuTimes, CpuUsage};
+pub use scenario::{FlowResult, RateChange, RunResult, Scenario, run_scenario};
+pub use state::{AppliedState, QdiscStats, State};
+pub use topology::{Host, Netns, Testbed, TestbedOptions};
+pub use traffic::{FlowSpec, IperfReport, Ping, Timing};
+
+/// Why a lab step failed. Each message names the command or file involved.
+#[derive(Debug, thiserror::Error)]
+pub enum LabError {
+    /// A program could not be started at all (missing, not executable).
+    #[error("cannot start `{command}`: {source}")]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// What exec or fork said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A program ran and failed.
+    #[error("`{command}` failed ({status}): {output}")]
+    CommandFailed {
+        /// The command line.
+        command: String,
+        /// Its exit status, as the OS describes it.
+        status: String,
+        /// Its stdout and stderr, trimmed.
+        output: String,
+    },
+    /// A program's output could not be read as expected.
+    #[error("cannot parse the output of `{command}`: {detail}")]
+    Parse {
+        /// The command line (or file) that produced it.
+        command: String,
+        /// What was wrong.
+        detail: String,
+    },
+    /// A program did not reach a state (or exit) in time.
+    #[error("`{command}` did not {what} within {seconds} s{}", if output.is_empty() { String::new() } else { format!(": {output}") })]
+    Timeout {
+        /// The command line.
+        command: String,
+        /// What it should have done, e.g. "attach".
+        what: String,
+        /// The limit.
+        seconds: u64,
+        /// What it printed so far.
+        output: String,
+    },
+    /// A long-running program exited on its own, or with a failure code
+    /// when it was stopped.
+    #[error("`{command}` exited with {status}: {output}")]
+    Exited {
+        /// The command line.
+        command: String,
+        /// Its exit status.
+        status: String,
+        /// What it printed.
+        output: String,
+    },
+    /// A file the lab reads or writes.
+    #[error("{what} {path}: {source}")]
+    Io {
+        /// What was being done, e.g. "reading".
+        what: &'static str,
+        /// The file.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The operation does not apply to this state, e.g. counters of CAKE.
+    #[error("{operation} is not available with state {state}")]
+    Unsupported {
+        /// What was asked.
+        operation: &'static str,
+        /// The state's name.
+        state: String,
+    },
+    /// A request the lab refuses before changing anything.
+    #[error("invalid lab request: {detail}")]
+    Invalid {
+        /// What is wrong and how to fix it.
+        detail: String,
+    },
+}

@@ -1,0 +1,255 @@
+//! One lab run: apply a state, start the flows (and ping) together, optionally
+//! change the rate midway, collect everything, tear the state down.
+//!
+//! Order, so each figure covers the same time: state applied → iperf3
+//! servers listening → CPU sampled → clients started together, ping started
+//! after the omitted warm-up for the measured time → clients done → CPU
+//! sampled → counters and qdisc statistics read → state stopped (a shaper
+//! that does not exit 0 fails the run).
+//!
+//! Invariants: every process and the state are torn down even when a step
+//! fails (each is owned by a value that stops it on drop).
+//!
+//! Non-goals: repetitions and aggregation over runs (callers loop), traffic
+//! toward the clients.
+
+use std::{
+    collections::BTreeMap,
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use tracing::info;
+
+use super::{
+    LabError,
+    cpu::{CpuTimes, CpuUsage},
+    state::{QdiscStats, State},
+    stats::{self, Percentiles},
+    topology::{Host, Testbed},
+    traffic::{FlowSpec, IperfClient, IperfReport, IperfServer, Ping, Timing},
+};
+use crate::rate::Rate;
+
+/// The first iperf3 port; flow `i` uses `BASE_PORT + i`.
+const BASE_PORT: u16 = 5201;
+
+/// A rate change during the run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateChange {
+    /// When, after the clients started.
+    pub after: Duration,
+    /// The new rate.
+    pub rate: Rate,
+}
+
+/// What to run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scenario {
+    /// The state on the router's WAN egress.
+    pub state: State,
+    /// The flows, all toward the server, started together.
+    pub flows: Vec<FlowSpec>,
+    /// Ping the server from this host during the measured time.
+    pub ping_from: Option<Host>,
+    /// Ping interval (root may go below 0.2 s).
+    pub ping_interval: Duration,
+    /// Durations.
+    pub timing: Timing,
+    /// A live rate change, if any.
+    pub rate_change: Option<RateChange>,
+}
+
+impl Scenario {
+    /// `flows` under `state` for `timing`, no ping, no rate change.
+    pub fn new(state: State, flows: Vec<FlowSpec>, timing: Timing) -> Self {
+        Self {
+            state,
+            flows,
+            ping_from: None,
+            ping_interval: Duration::from_millis(50),
+            timing,
+            rate_change: None,
+        }
+    }
+
+    /// The same with ping from `host` every 50 ms during the measured time.
+    pub fn with_ping(mut self, host: Host) -> Self {
+        self.ping_from = Some(host);
+        self
+    }
+
+    /// The same with a live rate change.
+    pub fn with_rate_change(mut self, after: Duration, rate: Rate) -> Self {
+        self.rate_change = Some(RateChange { after, rate });
+        self
+    }
+}
+
+/// One flow spec's outcome.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FlowResult {
+    /// What ran.
+    pub spec: FlowSpec,
+    /// What iperf3 measured.
+    pub report: IperfReport,
+}
+
+/// What a run measured.
+#[derive(Debug)]
+pub struct RunResult {
+    /// The state's name, e.g. `cake 50Mbit`.
+    pub state: String,
+    /// Per flow spec, in the scenario's order.
+    pub flows: Vec<FlowResult>,
+    /// Receiver goodput of all flows together, bit/s.
+    pub total_bps: f64,
+    /// TCP retransmissions of all flows.
+    pub retransmits: u64,
+    /// RTT samples in ms (empty without ping).
+    pub ping_ms: Vec<f64>,
+    /// Whole-machine CPU over the clients' run (omit included).
+    pub cpu: CpuUsage,
+    /// The shaper's counters after the run ([`LabError::Unsupported`] for
+    /// other states; an error if the binary cannot report them).
+    pub counters: Result<BTreeMap<String, u64>, LabError>,
+    /// The WAN root qdisc's statistics after the run.
+    pub qdisc: Result<QdiscStats, LabError>,
+    /// When the rate change took effect (its command returned), after the
+    /// clients started.
+    pub rate_changed_at: Option<Duration>,
+}
+
+impl RunResult {
+    /// Total goodput as a fraction of `rate`.
+    pub fn ratio(&self, rate: Rate) -> f64 {
+        self.total_bps / rate.bits_per_s() as f64
+    }
+
+    /// Jain's index over the flow specs' goodputs (one share per spec, so a
+    /// spec with several streams counts as one user).
+    pub fn jain(&self) -> Option<f64> {
+        let shares: Vec<f64> = self.flows.iter().map(|f| f.report.receiver_bps).collect();
+        stats::jain(&shares)
+    }
+
+    /// p50/p90/p99 of the RTT samples, in ms.
+    pub fn ping(&self) -> Option<Percentiles> {
+        Percentiles::of(&self.ping_ms)
+    }
+
+    /// Kernel CPU share (system + softirq + irq) per Mbit/s of goodput.
+    pub fn cpu_per_mbit(&self) -> Option<f64> {
+        (self.total_bps > 0.0).then(|| self.cpu.kernel() / (self.total_bps / 1e6))
+    }
+
+    /// A named shaper counter, if counters were read and have it.
+    pub fn counter(&self, name: &str) -> Option<u64> {
+        self.counters.as_ref().ok()?.get(name).copied()
+    }
+
+    /// One line for logs.
+    pub fn summary(&self) -> String {
+        let mut s = format!(
+            "{}: total {:.2} Mbit/s, retrans {}",
+            self.state,
+            self.total_bps / 1e6,
+            self.retransmits
+        );
+        for f in &self.flows {
+            s.push_str(&format!(
+                "; {} {:.2}",
+                f.spec.label(),
+                f.report.receiver_bps / 1e6
+            ));
+        }
+        if let Some(p) = self.ping() {
+            s.push_str(&format!(
+                "; ping p50/p90/p99 {:.1}/{:.1}/{:.1} ms (n={})",
+                p.p50,
+                p.p90,
+                p.p99,
+                self.ping_ms.len()
+            ));
+        }
+        s.push_str(&format!("; cpu kernel {:.1}%", self.cpu.kernel() * 100.0));
+        s
+    }
+}
+
+/// Runs `scenario` on `tb`.
+pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabError> {
+    if scenario.flows.is_empty() {
+        return Err(LabError::Invalid {
+            detail: "a scenario needs at least one flow".to_owned(),
+        });
+    }
+    let mut applied = scenario.state.apply(tb)?;
+    let servers = (0..scenario.flows.len())
+        .map(|i| {
+            let port = u16::try_from(i)
+                .ok()
+                .and_then(|i| BASE_PORT.checked_add(i))
+                .ok_or_else(|| LabError::Invalid {
+                    detail: format!("too many flows: {}", scenario.flows.len()),
+                })?;
+            IperfServer::start(tb, Host::Server, port)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+
+    let cpu_before = CpuTimes::now()?;
+    let started = Instant::now();
+    let clients = scenario
+        .flows
+        .iter()
+        .zip(&servers)
+        .map(|(spec, server)| IperfClient::spawn(tb, spec, server, &scenario.timing))
+        .collect::<Result<Vec<_>, _>>()?;
+    let ping = scenario.ping_from.map(|host| {
+        Ping::spawn(
+            tb,
+            host,
+            Host::Server.addr(),
+            scenario.ping_interval,
+            scenario.timing.omit,
+            scenario.timing.duration,
+        )
+    });
+    let mut rate_changed_at = None;
+    if let Some(change) = scenario.rate_change {
+        sleep(change.after.saturating_sub(started.elapsed()));
+        applied.set_rate(change.rate)?;
+        rate_changed_at = Some(started.elapsed());
+    }
+    let mut flows = Vec::with_capacity(clients.len());
+    for (client, spec) in clients.into_iter().zip(&scenario.flows) {
+        flows.push(FlowResult {
+            spec: spec.clone(),
+            report: client.wait()?,
+        });
+    }
+    let ping_ms = match ping {
+        Some(p) => p.wait()?,
+        None => Vec::new(),
+    };
+    let cpu = CpuUsage::between(&cpu_before, &CpuTimes::now()?);
+    let counters = applied.counters();
+    let qdisc = applied.qdisc_stats();
+    let state = applied.state().name();
+    applied.stop()?;
+    drop(servers);
+
+    let result = RunResult {
+        state,
+        total_bps: flows.iter().map(|f| f.report.receiver_bps).sum(),
+        retransmits: flows.iter().map(|f| f.report.retransmits).sum(),
+        flows,
+        ping_ms,
+        cpu,
+        counters,
+        qdisc,
+        rate_changed_at,
+    };
+    info!("{}", result.summary());
+    Ok(result)
+}

@@ -1,0 +1,74 @@
+//! Parsers of iperf3 and ping output, on output captured in the 6.12 VM
+//! (iperf 3.12, trimmed to the fields the lab reads).
+
+use super::*;
+
+const TCP: &str = include_str!("iperf3-tcp.json");
+const UDP: &str = include_str!("iperf3-udp.json");
+
+#[test]
+fn tcp_report_takes_receiver_goodput_and_sender_retransmits() {
+    let r = IperfReport::parse(TCP).expect("parses");
+    assert!((r.receiver_bps - 18_689_635.143).abs() < 1.0, "{r:?}");
+    assert!((r.sender_bps - 18_656_377.948).abs() < 1.0, "{r:?}");
+    assert_eq!(r.retransmits, 46);
+    assert_eq!(r.stream_bps.len(), 2);
+    assert!((r.stream_bps[0] - 9_336_086.817).abs() < 1.0);
+    assert_eq!(r.lost_percent, 0.0);
+    assert_eq!(r.error, None);
+    // The server's series: one omitted second, then two measured ones.
+    assert_eq!(r.intervals.len(), 3);
+    assert!(r.intervals[0].omitted && !r.intervals[1].omitted);
+    assert!((r.intervals[2].bps - 18_508_253.89).abs() < 1.0);
+}
+
+#[test]
+fn udp_report_counts_what_arrived() {
+    let r = IperfReport::parse(UDP).expect("parses");
+    assert!((r.receiver_bps - 19_303_818.31).abs() < 1.0, "{r:?}");
+    assert!((r.sender_bps - 20_112_451.39).abs() < 1.0, "{r:?}");
+    assert!((r.lost_percent - 3.466).abs() < 0.001);
+    assert_eq!(r.retransmits, 0);
+}
+
+#[test]
+fn iperf3_errors_and_noise() {
+    let r = IperfReport::parse(
+        "warning: ignored\n{\"start\":{},\"intervals\":[],\"end\":{},\
+         \"error\":\"unable to connect to server: Connection refused\"}\ntrailing",
+    )
+    .expect("an error report still parses");
+    assert_eq!(
+        r.error.as_deref(),
+        Some("unable to connect to server: Connection refused")
+    );
+    assert!(IperfReport::parse("iperf3: error").is_err());
+    assert!(
+        IperfReport::parse("{\"end\":{}}").is_err(),
+        "no sum_received"
+    );
+}
+
+#[test]
+fn ping_samples() {
+    let text = "PING 10.71.3.2 (10.71.3.2) 56(84) bytes of data.\n\
+64 bytes from 10.71.3.2: icmp_seq=1 ttl=63 time=21.4 ms\n\
+64 bytes from 10.71.3.2: icmp_seq=2 ttl=63 time=0.539 ms\n\
+From 10.71.1.1 icmp_seq=3 Destination Host Unreachable\n\
+64 bytes from 10.71.3.2: icmp_seq=4 ttl=63 time=105 ms\n\
+\n--- 10.71.3.2 ping statistics ---\n\
+4 packets transmitted, 3 received, 25% packet loss, time 207ms\n\
+rtt min/avg/max/mdev = 0.477/1.195/3.814/1.310 ms\n";
+    assert_eq!(parse_ping(text), vec![21.4, 0.539, 105.0]);
+}
+
+#[test]
+fn flow_labels() {
+    let f = FlowSpec::tcp(Host::Client2, 2).with_cc("bbr");
+    assert_eq!(f.label(), "client2 2×tcp bbr");
+    let r: Rate = "100mbit".parse().expect("valid");
+    assert_eq!(
+        FlowSpec::udp(Host::Client, r).label(),
+        "client 1×udp @100Mbit"
+    );
+}
