@@ -246,9 +246,9 @@ pub fn update_mult(mult_q16: u64, scheduled_ns: u64) -> u64 {
     }
 }
 
-/// What an epoch change must do: which ring slots become past (and must be
-/// zeroed, oldest first) and whether the just-finished epoch's slot holds
-/// a measurement. Moving from `old` to `new` (`new > old`).
+/// How many epochs an epoch change from `old` to `new` (`new > old`)
+/// finishes and must measure and clear, oldest first: all of them, or the
+/// whole ring after a longer gap.
 #[inline(always)]
 pub fn slots_to_clear(old: u64, new: u64) -> u64 {
     let gap = new - old;
@@ -260,26 +260,25 @@ pub fn slots_to_clear(old: u64, new: u64) -> u64 {
 }
 
 /// The whole epoch change on a private copy of the state, as one CPU runs
-/// it: updates the multiplier from epoch `state.epoch` (when it immediately
-/// precedes `new_epoch`; after a longer gap the link was idle and the
-/// multiplier only relaxes), clears the slots of past epochs, and moves to
-/// `new_epoch`. The BPF side performs the same steps with atomics; the
-/// simulator calls this.
+/// it: one multiplier update per finished epoch `state.epoch ..
+/// new_epoch` (each from its own ring slot, so epochs in which no packet
+/// *arrived* still count what was scheduled to depart in them; at most
+/// [`EPOCH_RING`] updates after a longer idle gap), those slots cleared for
+/// reuse, and the state moved to `new_epoch`. The BPF side performs the
+/// same steps with atomics; the simulator calls this.
 pub fn roll_epoch(state: &mut FairState, new_epoch: u64) {
     if new_epoch <= state.epoch {
         return;
     }
     let old = state.epoch;
-    let old_slot = (old % EPOCH_RING as u64) as usize;
-    let scheduled = if new_epoch == old + 1 {
-        state.scheduled_ns[old_slot]
-    } else {
-        0
-    };
-    state.mult_q16 = update_mult(state.mult_q16, scheduled);
-    for j in 0..slots_to_clear(old, new_epoch) {
-        state.scheduled_ns[((old + j) % EPOCH_RING as u64) as usize] = 0;
+    let finished = slots_to_clear(old, new_epoch);
+    let mut m = state.mult_q16;
+    for j in 0..finished {
+        let slot = ((old + j) % EPOCH_RING as u64) as usize;
+        m = update_mult(m, state.scheduled_ns[slot]);
+        state.scheduled_ns[slot] = 0;
     }
+    state.mult_q16 = m;
     state.epoch = new_epoch;
     state.updates += 1;
 }

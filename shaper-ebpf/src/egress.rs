@@ -189,7 +189,7 @@ fn fair(
 }
 
 /// Moves the shared state to `epoch` if this CPU is the first to see it
-/// (CSFQ update from the finished epoch, ring slots of past epochs cleared;
+/// (a CSFQ update per finished epoch, their ring slots cleared;
 /// the same steps as `shaper_common::fair::roll_epoch`), and returns the
 /// fair-share multiplier to use.
 ///
@@ -204,21 +204,19 @@ unsafe fn roll_epoch(state: *mut shaper_common::fair::FairState, epoch: u64) -> 
     if epoch <= old || !unsafe { atomic::compare_exchange(ep, old, epoch) } {
         return unsafe { atomic::load(mult) };
     }
+    // One update per finished epoch, each from its own slot, which is then
+    // cleared for reuse (see `shaper_common::fair::roll_epoch`).
     let ring = EPOCH_RING as u64;
-    let scheduled = if epoch == old + 1 {
-        unsafe { atomic::load(&raw const (*state).scheduled_ns[(old % ring) as usize]) }
-    } else {
-        0
-    };
-    let m = update_mult(unsafe { atomic::load(mult) }, scheduled);
-    unsafe { atomic::store(mult, m) };
-    let clear = slots_to_clear(old, epoch);
+    let finished = slots_to_clear(old, epoch);
+    let mut m = unsafe { atomic::load(mult) };
     for j in 0..ring {
-        if j < clear {
-            let slot = ((old + j) % ring) as usize;
-            unsafe { atomic::store(&raw mut (*state).scheduled_ns[slot], 0) };
+        if j < finished {
+            let slot = unsafe { &raw mut (*state).scheduled_ns[((old + j) % ring) as usize] };
+            m = update_mult(m, unsafe { atomic::load(slot) });
+            unsafe { atomic::store(slot, 0) };
         }
     }
+    unsafe { atomic::store(mult, m) };
     unsafe { atomic::add(&raw mut (*state).updates, 1) };
     m
 }

@@ -297,16 +297,21 @@ fn goodput_at_20mbit(gso: bool) {
         if gso { "on" } else { "off" },
         goodput / 1e6
     );
+    // TCP/IP headers take 66 of every 1514 bytes on the wire (1448-byte
+    // segments), so goodput above 0.956 of the rate, plus 1.5% for the
+    // measurement window, means the pacer let more than the rate through.
     assert!(
-        (0.85..=1.0).contains(&ratio),
+        (0.85..=0.97).contains(&ratio),
         "goodput {goodput} bit/s is {ratio:.3} of the rate"
     );
-    // The pacer held the rate: most packets were paced, none hit the horizon,
-    // and with GSO off the packets really were MTU-sized.
+    // The pacer held the rate: at least half the packets were paced (the
+    // fair pacer passes a flow's packets unstamped while it is below its
+    // share), none hit the horizon, and with GSO off the packets really
+    // were MTU-sized.
     let packets = counter(&st, "packets");
     let paced = counter(&st, "paced");
     assert!(
-        paced * 10 >= packets * 8,
+        paced * 10 >= packets * 5,
         "paced {paced} of {packets}: {st}"
     );
     assert_eq!(counter(&st, "horizon_drop"), 0, "{st}");
