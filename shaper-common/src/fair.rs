@@ -19,9 +19,11 @@
 //!   traffic; here the accepted traffic of an epoch is the transmission time
 //!   (at the aggregate rate) of every packet *scheduled to depart* in it,
 //!   so the ratio needs no division: `m' = m * scheduled_ns >> EPOCH_SHIFT`.
-//!   The step is halved (`m' = (m + m * ratio) / 2`) and clamped to [1/2, 2]
-//!   per epoch against oscillation, since packets stamped earlier feed the
-//!   measurement. Backlogged flows thus get equal shares whatever their RTT
+//!   The scheduled time is first averaged over epochs (weight 1/4), and the
+//!   step is half a step in the log domain (`m' = m * exp((ratio - 1) / 2)`)
+//!   with the ratio clamped to [1/2, 2], against oscillation (packets
+//!   stamped earlier feed the measurement) and against the bias a plain
+//!   multiplicative step has under lumpy input. Backlogged flows thus get equal shares whatever their RTT
 //!   or congestion control, and whatever flows leave unused (a flow that
 //!   dips after a drop, a sparse flow) is handed to the others within a few
 //!   epochs: the pacer is work conserving.
@@ -87,8 +89,11 @@ pub struct FairState {
     pub scheduled_ns: [u64; EPOCH_RING],
     /// Epoch updates run, for the controller's view.
     pub updates: u64,
+    /// Moving average of the finished epochs' scheduled time (weight 1/4
+    /// per epoch), what the multiplier update uses.
+    pub scheduled_avg_ns: u64,
     /// Room for later fields; zero.
-    pub reserved: [u64; 5],
+    pub reserved: [u64; 4],
 }
 
 const _: () = assert!(core::mem::size_of::<FairState>() == 192);
@@ -100,7 +105,8 @@ impl Default for FairState {
             mult_q16: MULT_ONE,
             scheduled_ns: [0; EPOCH_RING],
             updates: 0,
-            reserved: [0; 5],
+            scheduled_avg_ns: EPOCH_NS,
+            reserved: [0; 4],
         }
     }
 }
@@ -213,6 +219,16 @@ pub fn decide(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
     Verdict::Pace { tstamp_ns: depart }
 }
 
+/// Folds one finished epoch's scheduled time into the moving average
+/// (weight 1/4). Per-epoch totals are lumpy (a 64 KB GSO packet at 20 Mbit/s
+/// is 26 ms, three epochs, counted in one), and a multiplicative update on
+/// lumpy input is biased towards a smaller multiplier, i.e. a pacer that
+/// overshoots the rate; the average removes the lumps first.
+#[inline(always)]
+pub fn average_scheduled(avg_ns: u64, scheduled_ns: u64) -> u64 {
+    avg_ns - (avg_ns >> 2) + (scheduled_ns >> 2)
+}
+
 /// The ring slot that counts a departure at `depart_ns` while `epoch` is in
 /// progress: its own epoch's, or the last of the ring when it lies further
 /// ahead. Departures are never before `now`, so never in a past epoch.
@@ -225,25 +241,24 @@ pub fn departure_slot(epoch: u64, depart_ns: u64) -> usize {
     (e % EPOCH_RING as u64) as usize
 }
 
-/// The new multiplier after an epoch whose scheduled departures took
-/// `scheduled_ns` at the aggregate rate: half a CSFQ step towards
-/// `m * scheduled / epoch`, with the ratio clamped to [1/2, 2], and the
-/// result to [1.0, MULT_MAX).
+/// The new multiplier after an epoch whose (averaged) scheduled departures
+/// took `scheduled_ns` at the aggregate rate: half a CSFQ step towards
+/// `m * scheduled / epoch`, taken in the log domain so that lumps which
+/// average to a full link leave `m` where it was: `m' = m * exp(d/2)` with
+/// `d = ratio - 1`, as `1 + d/2 + d^2/8` (a plain `(1 + ratio) / 2` step
+/// shrinks `m` under zero-mean noise, by Jensen's inequality, and the pacer
+/// then overshoots). The ratio is clamped to [1/2, 2], the result to
+/// [1.0, MULT_MAX).
 #[inline(always)]
 pub fn update_mult(mult_q16: u64, scheduled_ns: u64) -> u64 {
-    // scheduled / epoch in Q16.
-    let ratio = scheduled_ns >> (EPOCH_SHIFT - 16);
-    let ratio = ratio.clamp(MULT_ONE / 2, 2 * MULT_ONE);
-    // m < 2^32 and ratio <= 2^17: the product fits.
-    let target = (mult_q16 * ratio) >> 16;
-    let next = (mult_q16 + target) >> 1;
-    if next < MULT_ONE {
-        MULT_ONE
-    } else if next >= MULT_MAX {
-        MULT_MAX - 1
-    } else {
-        next
-    }
+    // scheduled / epoch in Q16, clamped.
+    let ratio = (scheduled_ns >> (EPOCH_SHIFT - 16)).clamp(MULT_ONE / 2, 2 * MULT_ONE);
+    // d in [-1/2, 1] (Q16); d^2 below 2^32, so every product fits.
+    let d = ratio as i64 - MULT_ONE as i64;
+    let factor = MULT_ONE as i64 + d / 2 + ((d * d) >> 16) / 8;
+    // factor in [0.78, 1.63] (Q16) and m < 2^32: the product fits.
+    let next = (mult_q16 * factor as u64) >> 16;
+    next.clamp(MULT_ONE, MULT_MAX - 1)
 }
 
 /// How many epochs an epoch change from `old` to `new` (`new > old`)
@@ -273,12 +288,15 @@ pub fn roll_epoch(state: &mut FairState, new_epoch: u64) {
     let old = state.epoch;
     let finished = slots_to_clear(old, new_epoch);
     let mut m = state.mult_q16;
+    let mut avg = state.scheduled_avg_ns;
     for j in 0..finished {
         let slot = ((old + j) % EPOCH_RING as u64) as usize;
-        m = update_mult(m, state.scheduled_ns[slot]);
+        avg = average_scheduled(avg, state.scheduled_ns[slot]);
+        m = update_mult(m, avg);
         state.scheduled_ns[slot] = 0;
     }
     state.mult_q16 = m;
+    state.scheduled_avg_ns = avg;
     state.epoch = new_epoch;
     state.updates += 1;
 }
@@ -421,19 +439,58 @@ mod tests {
     fn mult_follows_the_ratio_of_scheduled_time_to_capacity() {
         // Exactly full: unchanged.
         assert_eq!(update_mult(4 * MULT_ONE, EPOCH_NS), 4 * MULT_ONE);
-        // 25% over: half a step towards 5.
-        assert_eq!(
-            update_mult(4 * MULT_ONE, EPOCH_NS * 5 / 4),
-            4 * MULT_ONE + MULT_ONE / 2
-        );
-        // Half full: towards 2, so 3.
-        assert_eq!(update_mult(4 * MULT_ONE, EPOCH_NS / 2), 3 * MULT_ONE);
+        // 25% over: x exp(1/8) ~ 1.1328 (1 + 1/8 + 1/128).
+        let m = update_mult(4 * MULT_ONE, EPOCH_NS * 5 / 4) as f64 / MULT_ONE as f64;
+        assert!((m - 4.0 * 1.1328).abs() < 0.001, "{m}");
+        // Half full: x exp(-1/4) ~ 0.78125 (1 - 1/4 + 1/32).
+        let m = update_mult(4 * MULT_ONE, EPOCH_NS / 2) as f64 / MULT_ONE as f64;
+        assert!((m - 4.0 * 0.78125).abs() < 0.001, "{m}");
         // Idle: clamped ratio, then floored at 1.0.
         assert_eq!(update_mult(MULT_ONE, 0), MULT_ONE);
-        // Ten times over: the ratio is clamped to 2, so 1.5x.
-        assert_eq!(update_mult(2 * MULT_ONE, 10 * EPOCH_NS), 3 * MULT_ONE);
+        // Ten times over: the ratio is clamped to 2: x (1 + 1/2 + 1/8).
+        assert_eq!(
+            update_mult(2 * MULT_ONE, 10 * EPOCH_NS),
+            2 * MULT_ONE * 13 / 8
+        );
         // Never reaches MULT_MAX.
         assert_eq!(update_mult(MULT_MAX - 1, 10 * EPOCH_NS), MULT_MAX - 1);
+    }
+
+    #[test]
+    fn closed_loop_with_lumpy_packets_settles_at_the_rate() {
+        // Four backlogged flows, each sending at the share C/m in packets of
+        // three epochs' transmission time (64 KB GSO at 20 Mbit/s), all
+        // counted in the epoch they start in. The loop must settle with the
+        // link full on average, not overshoot (the bias a plain
+        // multiplicative step had).
+        let mut s = FairState {
+            epoch: 1,
+            ..FairState::default()
+        };
+        let packet = 3 * EPOCH_NS;
+        let mut credit = 0u64;
+        let (mut sent, mut epochs) = (0u64, 0u64);
+        for e in 1..20_000u64 {
+            // Transmission time at C that four flows at C/m produce.
+            credit += 4 * EPOCH_NS * MULT_ONE / s.mult_q16;
+            let mut scheduled = 0;
+            while credit >= packet {
+                credit -= packet;
+                scheduled += packet;
+            }
+            s.scheduled_ns[(e % EPOCH_RING as u64) as usize] = scheduled;
+            if e > 2_000 {
+                sent += scheduled;
+                epochs += 1;
+            }
+            roll_epoch(&mut s, e + 1);
+        }
+        let utilisation = sent as f64 / (epochs * EPOCH_NS) as f64;
+        let m = s.mult_q16 as f64 / MULT_ONE as f64;
+        assert!(
+            (0.98..=1.02).contains(&utilisation),
+            "link used {utilisation:.4} of the rate (m = {m:.3})"
+        );
     }
 
     #[test]
@@ -461,11 +518,14 @@ mod tests {
             mult_q16: 2 * MULT_ONE,
             ..FairState::default()
         };
-        s.scheduled_ns[10] = EPOCH_NS * 3 / 2; // 50% over
+        s.scheduled_ns[10] = EPOCH_NS * 3; // 200% over
         s.scheduled_ns[11] = 7; // a future epoch's, kept
         roll_epoch(&mut s, 11);
         assert_eq!(s.epoch, 11);
-        assert_eq!(s.mult_q16, 2 * MULT_ONE + MULT_ONE / 2);
+        // The average moves a quarter of the way: 1.5 epochs; then
+        // x (1 + 1/4 + 1/32).
+        assert_eq!(s.scheduled_avg_ns, EPOCH_NS * 3 / 2);
+        assert_eq!(s.mult_q16, 2 * MULT_ONE * 41 / 32);
         assert_eq!(s.scheduled_ns[10], 0);
         assert_eq!(s.scheduled_ns[11], 7);
         // A long idle gap: no measurement, everything past cleared.

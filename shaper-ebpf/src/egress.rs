@@ -24,8 +24,8 @@ use shaper_common::{
     counters::Counter,
     edt::{EdtDecision, aggregate_edt},
     fair::{
-        EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, decide, departure_slot, slots_to_clear,
-        update_mult,
+        EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, average_scheduled, decide, departure_slot,
+        slots_to_clear, update_mult,
     },
     flow::{FlowEntry, WAYS, Way, choose_way, set_and_tag},
     rate::wire_len_bytes,
@@ -209,13 +209,17 @@ unsafe fn roll_epoch(state: *mut shaper_common::fair::FairState, epoch: u64) -> 
     let ring = EPOCH_RING as u64;
     let finished = slots_to_clear(old, epoch);
     let mut m = unsafe { atomic::load(mult) };
+    let avg_p = unsafe { &raw mut (*state).scheduled_avg_ns };
+    let mut avg = unsafe { atomic::load(avg_p) };
     for j in 0..ring {
         if j < finished {
             let slot = unsafe { &raw mut (*state).scheduled_ns[((old + j) % ring) as usize] };
-            m = update_mult(m, unsafe { atomic::load(slot) });
+            avg = average_scheduled(avg, unsafe { atomic::load(slot) });
+            m = update_mult(m, avg);
             unsafe { atomic::store(slot, 0) };
         }
     }
+    unsafe { atomic::store(avg_p, avg) };
     unsafe { atomic::store(mult, m) };
     unsafe { atomic::add(&raw mut (*state).updates, 1) };
     m

@@ -9,7 +9,9 @@
 use shaper::bpf::test_run::SkBuff;
 use shaper_common::{
     counters::Counter,
-    fair::{EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, MULT_ONE},
+    fair::{
+        EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, MULT_ONE, average_scheduled, update_mult,
+    },
     flow::{FlowSet, WAYS},
 };
 use shaper_tests::{
@@ -246,7 +248,12 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
         return;
     }
     assert_eq!(after.updates, 1);
-    assert_eq!(after.mult_q16, 2 * MULT_ONE + MULT_ONE / 2);
+    // The kernel ran the same update as the library: average 1.125 epochs,
+    // so m grows by exp(1/16), about 6.4%.
+    let avg = average_scheduled(EPOCH_NS, EPOCH_NS * 3 / 2);
+    assert_eq!(after.scheduled_avg_ns, avg);
+    assert_eq!(after.mult_q16, update_mult(2 * MULT_ONE, avg));
+    assert_eq!(after.mult_q16, 139_520);
     // The finished epoch's slot was cleared for reuse; this packet's own
     // transmission time counts in the current epoch.
     assert_eq!(
