@@ -15,6 +15,7 @@ pub mod lab;
 pub mod link;
 pub mod pacer;
 pub mod rate;
+pub mod sim;
 pub mod state;
 pub mod status;
 pub mod tc;

@@ -1,0 +1,390 @@
+//! The event loop: a time-ordered queue of source and ACK events, the
+//! sources' behaviour, and the pacer step that every packet goes through.
+//!
+//! The pacer step is the BPF classifier's sequence on a private copy of the
+//! shared state (see the module header of [`super`]): roll the epoch, decide,
+//! count the kept packet's transmission time in its departure slot. Events
+//! at the same instant run in the order they were queued, so a run is a
+//! function of the scenario alone.
+
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+use shaper_common::fair::{
+    EPOCH_SHIFT, FairState, Packet, Verdict, decide, departure_slot, roll_epoch,
+};
+use shaper_common::flow::FlowEntry;
+use shaper_common::rate::ScaledRate;
+
+use super::report::{Departure, FlowReport, SimReport, VerdictCounts};
+use super::rng::SplitMix64;
+use super::{Accounting, BULK_PACKET_BYTES, Scenario, SimError, Source};
+
+/// Initial window of an AIMD sender, packets (RFC 6928).
+const INITIAL_WINDOW: f64 = 10.0;
+/// Smallest window after a reduction, packets.
+const MIN_WINDOW: f64 = 2.0;
+/// Random delay of each flow's first packet: up to 1 ms.
+const START_JITTER_NS: u64 = 1_000_000;
+
+#[derive(Clone, Copy, Debug)]
+enum Kind {
+    Start,
+    Stop,
+    /// The next packet of a sparse or unresponsive source.
+    Emit,
+    /// An ACK of one packet, echoing a CE mark or not.
+    Ack {
+        ce: bool,
+    },
+    /// The sender notices one lost packet.
+    Loss,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    t_ns: u64,
+    seq: u64,
+    flow: usize,
+    kind: Kind,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, o: &Self) -> bool {
+        (self.t_ns, self.seq) == (o.t_ns, o.seq)
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Event {
+    /// Reversed: `BinaryHeap` is a max-heap and the earliest event must pop
+    /// first.
+    fn cmp(&self, o: &Self) -> Ordering {
+        (o.t_ns, o.seq).cmp(&(self.t_ns, self.seq))
+    }
+}
+
+/// An AIMD sender's window state, in packets.
+#[derive(Clone, Copy, Debug)]
+struct Aimd {
+    cwnd: f64,
+    ssthresh: f64,
+    inflight: u64,
+    /// No growth and no second reduction before this time (one RTT after a
+    /// reduction).
+    recover_until_ns: u64,
+}
+
+/// One flow during the run.
+struct FlowRt {
+    source: Source,
+    active: bool,
+    stop_ns: u64,
+    entry: FlowEntry,
+    aimd: Aimd,
+    /// Packets sent so far (the next packet's number).
+    sent: u64,
+    /// When the flow's previous packet leaves, for sch_fq's FIFO.
+    last_depart_ns: u64,
+    /// Start of the periodic emission schedule and packets emitted on it.
+    emit_base_ns: u64,
+    report: FlowReport,
+}
+
+/// The run in progress.
+struct Sim<'a> {
+    sc: &'a Scenario,
+    rate: ScaledRate,
+    fair: FairState,
+    flows: Vec<FlowRt>,
+    queue: BinaryHeap<Event>,
+    next_seq: u64,
+    rng: SplitMix64,
+    link: Vec<Departure>,
+    mult_trace: Vec<(u64, u64)>,
+}
+
+/// Runs `sc` to its end and returns what happened. Deterministic: the same
+/// scenario (seed included) gives the same report.
+pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
+    let rate = ScaledRate::from_bytes_per_s(sc.rate_bytes_per_s).ok_or(SimError::Rate {
+        rate_bytes_per_s: sc.rate_bytes_per_s,
+    })?;
+    for (i, f) in sc.flows.iter().enumerate() {
+        validate(i, &f.source)?;
+    }
+    let mut sim = Sim {
+        sc,
+        rate,
+        fair: FairState::default(),
+        flows: Vec::with_capacity(sc.flows.len()),
+        queue: BinaryHeap::new(),
+        next_seq: 0,
+        rng: SplitMix64::new(sc.seed),
+        link: Vec::new(),
+        mult_trace: Vec::new(),
+    };
+    for (i, f) in sc.flows.iter().enumerate() {
+        sim.flows.push(FlowRt {
+            source: f.source,
+            active: false,
+            stop_ns: f.stop_ns.unwrap_or(u64::MAX),
+            entry: FlowEntry::fresh(i as u32 + 1, 0),
+            aimd: Aimd {
+                cwnd: INITIAL_WINDOW,
+                ssthresh: f64::INFINITY,
+                inflight: 0,
+                recover_until_ns: 0,
+            },
+            sent: 0,
+            last_depart_ns: 0,
+            emit_base_ns: 0,
+            report: FlowReport {
+                source: f.source,
+                verdicts: VerdictCounts::default(),
+                delivered: Vec::new(),
+                delays: Vec::new(),
+                reordered: 0,
+                reductions: 0,
+            },
+        });
+        let jitter = sim.rng.below(START_JITTER_NS);
+        sim.push(f.start_ns + jitter, i, Kind::Start);
+        if let Some(stop) = f.stop_ns {
+            sim.push(stop, i, Kind::Stop);
+        }
+    }
+    while let Some(ev) = sim.queue.pop() {
+        if ev.t_ns >= sc.duration_ns {
+            break;
+        }
+        sim.handle(ev);
+    }
+    Ok(sim.finish())
+}
+
+fn validate(flow: usize, s: &Source) -> Result<(), SimError> {
+    let bad = |reason| Err(SimError::Flow { flow, reason });
+    match *s {
+        Source::Aimd { rtt_ns: 0, .. } => bad("zero RTT"),
+        Source::Sparse {
+            interval_ns, len, ..
+        } if interval_ns == 0 || len == 0 => bad("zero interval or length"),
+        Source::Unresponsive {
+            rate_bytes_per_s,
+            len,
+            ..
+        } if rate_bytes_per_s == 0 || len == 0 => bad("zero rate or length"),
+        _ => Ok(()),
+    }
+}
+
+impl Sim<'_> {
+    fn push(&mut self, t_ns: u64, flow: usize, kind: Kind) {
+        self.queue.push(Event {
+            t_ns,
+            seq: self.next_seq,
+            flow,
+            kind,
+        });
+        self.next_seq += 1;
+    }
+
+    fn handle(&mut self, ev: Event) {
+        let now = ev.t_ns;
+        let i = ev.flow;
+        match ev.kind {
+            Kind::Start => {
+                let f = &mut self.flows[i];
+                if now >= f.stop_ns {
+                    return;
+                }
+                f.active = true;
+                f.emit_base_ns = now;
+                match f.source {
+                    Source::Aimd { .. } => self.fill_window(i, now),
+                    _ => self.emit(i, now),
+                }
+            }
+            Kind::Stop => self.flows[i].active = false,
+            Kind::Emit => self.emit(i, now),
+            Kind::Ack { ce } => self.on_ack(i, now, ce),
+            Kind::Loss => self.on_loss(i, now),
+        }
+    }
+
+    /// A periodic source sends its next packet and schedules the one after.
+    fn emit(&mut self, i: usize, now: u64) {
+        if !self.flows[i].active {
+            return;
+        }
+        let (len, period_num, period_den) = match self.flows[i].source {
+            Source::Sparse {
+                interval_ns, len, ..
+            } => (len, u128::from(interval_ns), 1u128),
+            Source::Unresponsive {
+                rate_bytes_per_s,
+                len,
+                ..
+            } => (
+                len,
+                u128::from(len) * 1_000_000_000,
+                u128::from(rate_bytes_per_s),
+            ),
+            Source::Aimd { .. } => return,
+        };
+        self.send(i, now, len, false);
+        // The k-th packet is due at base + k * period, plus a jitter below
+        // half a period, so the order of a flow's packets never changes.
+        let f = &self.flows[i];
+        let k = u128::from(f.sent);
+        let due = f.emit_base_ns + u64::try_from(k * period_num / period_den).unwrap_or(u64::MAX);
+        let period = u64::try_from(period_num / period_den).unwrap_or(u64::MAX);
+        let jitter = self.rng.below(period / 2);
+        self.push(due.saturating_add(jitter).max(now + 1), i, Kind::Emit);
+    }
+
+    /// An AIMD sender sends while its window allows.
+    fn fill_window(&mut self, i: usize, now: u64) {
+        let ecn = matches!(self.flows[i].source, Source::Aimd { ecn: true, .. });
+        loop {
+            let f = &self.flows[i];
+            if !f.active || f.aimd.inflight as f64 >= f.aimd.cwnd.floor() {
+                return;
+            }
+            self.flows[i].aimd.inflight += 1;
+            self.send(i, now, BULK_PACKET_BYTES, ecn);
+        }
+    }
+
+    fn on_ack(&mut self, i: usize, now: u64, ce: bool) {
+        let rtt = self.flows[i].source.rtt_ns();
+        let a = &mut self.flows[i].aimd;
+        a.inflight = a.inflight.saturating_sub(1);
+        let recovering = now < a.recover_until_ns;
+        if !recovering && !ce {
+            a.cwnd += if a.cwnd < a.ssthresh {
+                1.0
+            } else {
+                1.0 / a.cwnd
+            };
+        }
+        if !recovering && ce {
+            self.reduce(i, now, rtt);
+        }
+        self.fill_window(i, now);
+    }
+
+    fn on_loss(&mut self, i: usize, now: u64) {
+        let rtt = self.flows[i].source.rtt_ns();
+        let a = &mut self.flows[i].aimd;
+        a.inflight = a.inflight.saturating_sub(1);
+        let recovering = now < a.recover_until_ns;
+        if !recovering {
+            self.reduce(i, now, rtt);
+        }
+        self.fill_window(i, now);
+    }
+
+    /// Multiplicative decrease, once per RTT.
+    fn reduce(&mut self, i: usize, now: u64, rtt_ns: u64) {
+        let f = &mut self.flows[i];
+        f.aimd.cwnd = (f.aimd.cwnd / 2.0).max(MIN_WINDOW);
+        f.aimd.ssthresh = f.aimd.cwnd;
+        f.aimd.recover_until_ns = now + rtt_ns;
+        f.report.reductions += 1;
+    }
+
+    /// One packet of flow `i` reaches the pacer at `now`: the classifier's
+    /// steps, then sch_fq and the path.
+    fn send(&mut self, i: usize, now: u64, len: u32, ect: bool) {
+        let epoch = now >> EPOCH_SHIFT;
+        if epoch > self.fair.epoch {
+            roll_epoch(&mut self.fair, epoch);
+            self.mult_trace.push((now, self.fair.mult_q16));
+        }
+        let tx_ns = self.rate.tx_time_ns(len);
+        let pkt = Packet {
+            now_ns: now,
+            skb_tstamp_ns: 0,
+            tx_ns,
+            ect,
+        };
+        let mult = self.fair.mult_q16;
+        let params = self.sc.params;
+        let f = &mut self.flows[i];
+        let seq = f.sent;
+        f.sent += 1;
+        let verdict = decide(&mut f.entry, &pkt, mult, &params);
+        let v = &mut f.report.verdicts;
+        match verdict {
+            Verdict::Pass => v.pass += 1,
+            Verdict::Pace { .. } => v.paced += 1,
+            Verdict::Mark { .. } => v.mark += 1,
+            Verdict::AqmDrop => v.aqm_drop += 1,
+            Verdict::HorizonDrop => v.horizon_drop += 1,
+        }
+        let rtt = f.source.rtt_ns();
+        let Some(stamp) = verdict.departure_ns(now) else {
+            // Noticed about one RTT after the flow's next departure.
+            if matches!(f.source, Source::Aimd { .. }) {
+                let t = f.entry.t_next_ns.max(now) + rtt;
+                self.push(t, i, Kind::Loss);
+            }
+            return;
+        };
+        let slot = match self.sc.accounting {
+            Accounting::Departure => departure_slot(self.fair.epoch, stamp),
+            Accounting::Decision => departure_slot(self.fair.epoch, now),
+        };
+        self.fair.scheduled_ns[slot] += tx_ns;
+        // sch_fq: at the stamp, but never before the flow's previous packet.
+        if stamp < f.last_depart_ns {
+            f.report.reordered += 1;
+        }
+        let depart = stamp.max(f.last_depart_ns).max(now);
+        f.last_depart_ns = depart;
+        f.report.delays.push((now, stamp - now));
+        let received = depart + rtt / 2;
+        let total = f.report.delivered.last().map_or(0, |&(_, b)| b) + u64::from(len);
+        f.report.delivered.push((received, total));
+        self.link.push(Departure {
+            depart_ns: depart,
+            stamp_ns: stamp,
+            arrival_ns: now,
+            flow: i as u32,
+            wire_bytes: len,
+            seq,
+        });
+        if matches!(f.source, Source::Aimd { .. }) {
+            let ce = matches!(verdict, Verdict::Mark { .. });
+            self.push(depart + rtt, i, Kind::Ack { ce });
+        }
+    }
+
+    fn finish(mut self) -> SimReport {
+        // Stable: equal departure times keep decision order.
+        self.link.sort_by_key(|d| d.depart_ns);
+        let mut totals = VerdictCounts::default();
+        let flows: Vec<FlowReport> = self
+            .flows
+            .into_iter()
+            .map(|f| {
+                totals.add(&f.report.verdicts);
+                f.report
+            })
+            .collect();
+        SimReport {
+            rate_bytes_per_s: self.sc.rate_bytes_per_s,
+            duration_ns: self.sc.duration_ns,
+            flows,
+            link: self.link,
+            mult_trace: self.mult_trace,
+            totals,
+        }
+    }
+}

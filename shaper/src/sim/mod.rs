@@ -1,0 +1,226 @@
+//! A discrete-event simulator of one shaped link, driving the fair pacer's
+//! own pure functions ([`shaper_common::fair`]) with synthetic traffic, so
+//! that properties of the algorithm (aggregate bound, fairness, work
+//! conservation, AQM) can be checked on the host, deterministically, before
+//! and besides any kernel.
+//!
+//! What it models.
+//! - The pacer, exactly as the classifier runs it on every packet: roll the
+//!   epoch ([`roll_epoch`](shaper_common::fair::roll_epoch)) when
+//!   `now >> EPOCH_SHIFT` advanced, [`decide`](shaper_common::fair::decide)
+//!   on the flow's [`FlowEntry`](shaper_common::flow::FlowEntry) with the
+//!   current multiplier, then add the packet's transmission time at the
+//!   aggregate rate to `scheduled_ns[departure_slot(epoch, departure)]` when
+//!   the packet is kept. Transmission times come from
+//!   [`ScaledRate::tx_time_ns`](shaper_common::rate::ScaledRate::tx_time_ns).
+//!   Every simulated flow has its own `FlowEntry`.
+//! - sch_fq after the pacer: a kept packet leaves at its stamped time (or at
+//!   once when passed), at line rate, which is far above the shaped rate;
+//!   a flow's packets leave in order (a packet never leaves before an earlier
+//!   packet of its flow). The stamped departures *are* the link schedule the
+//!   conformance checks look at.
+//! - The path: a fixed one-way delay per flow (half its RTT) to the
+//!   receiver; ACKs reach the sender one RTT after the departure.
+//! - Sources ([`Source`]): window-limited AIMD bulk flows (Reno-like:
+//!   slow start to the first congestion signal, +1 packet per RTT after it,
+//!   halving on a loss or on an echoed CE mark at most once per RTT),
+//!   periodic sparse flows (a ping) and unresponsive constant-rate flows
+//!   (UDP), each active between a start and an optional stop time.
+//! - A drop is noticed by the AIMD sender one RTT after the flow's next
+//!   departure (about when three duplicate ACKs would arrive); the lost
+//!   packet is not resent as such, the window simply sends new data.
+//!
+//! Units: nanoseconds of simulated time starting at 0, bytes on the wire
+//! (1514 per bulk packet), rates in bytes per second.
+//!
+//! Non-goals: the flow table's hashing and collisions (each flow owns its
+//! entry), CPU concurrency (the BPF side's races), TCP details beyond AIMD
+//! (no SACK, timeouts, delayed ACKs, TSO, the socket's own pacing or HyStart),
+//! the receiver's link, and the real clock granularity of sch_fq.
+//!
+//! Layout: [`rng`] (SplitMix64), [`engine`] (event queue, sources, pacer
+//! step), [`report`] (per-run outputs and the measures the tests use).
+
+pub mod engine;
+pub mod report;
+pub mod rng;
+
+pub use engine::run;
+pub use report::{Departure, Excess, FlowReport, SimReport, VerdictCounts, jain_index, percentile};
+
+use shaper_common::codel::CodelParams;
+use shaper_common::config::{DEFAULT_HORIZON_NS, DEFAULT_INTERVAL_NS, DEFAULT_TARGET_NS};
+use shaper_common::fair::FairParams;
+
+/// One nanosecond-denominated millisecond.
+pub const MS: u64 = 1_000_000;
+/// One second in nanoseconds.
+pub const SEC: u64 = 1_000_000_000;
+
+/// Wire bytes of one bulk (MTU-sized Ethernet) packet.
+pub const BULK_PACKET_BYTES: u32 = 1514;
+
+/// What a flow sends.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Source {
+    /// A window-limited AIMD bulk transfer of [`BULK_PACKET_BYTES`] packets.
+    Aimd {
+        /// Round-trip time without queueing, ns.
+        rtt_ns: u64,
+        /// Its packets are ECN-capable (a CE mark halves the window instead
+        /// of a drop).
+        ecn: bool,
+    },
+    /// One packet every `interval_ns` (a ping), not ECN-capable.
+    Sparse {
+        /// Time between packets, ns.
+        interval_ns: u64,
+        /// Wire bytes per packet.
+        len: u32,
+        /// Round-trip time, ns (only the delivery time depends on it).
+        rtt_ns: u64,
+    },
+    /// Constant-rate traffic that ignores every signal (UDP), not
+    /// ECN-capable.
+    Unresponsive {
+        /// Offered rate, bytes per second.
+        rate_bytes_per_s: u64,
+        /// Wire bytes per packet.
+        len: u32,
+        /// Round-trip time, ns (only the delivery time depends on it).
+        rtt_ns: u64,
+    },
+}
+
+impl Source {
+    /// The flow's round-trip time, ns.
+    pub fn rtt_ns(&self) -> u64 {
+        match *self {
+            Source::Aimd { rtt_ns, .. }
+            | Source::Sparse { rtt_ns, .. }
+            | Source::Unresponsive { rtt_ns, .. } => rtt_ns,
+        }
+    }
+
+    /// An ECN-capable AIMD flow with this RTT in ms.
+    pub fn aimd_ms(rtt_ms: u64) -> Self {
+        Source::Aimd {
+            rtt_ns: rtt_ms * MS,
+            ecn: true,
+        }
+    }
+
+    /// A 10 packets-per-second flow of 100-byte packets (a ping) with a
+    /// 20 ms RTT.
+    pub fn ping() -> Self {
+        Source::Sparse {
+            interval_ns: 100 * MS,
+            len: 100,
+            rtt_ns: 20 * MS,
+        }
+    }
+}
+
+/// One flow of a scenario.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FlowSpec {
+    /// What it sends.
+    pub source: Source,
+    /// When it starts sending, ns.
+    pub start_ns: u64,
+    /// When it stops sending new packets, ns; `None`: at the end of the run.
+    pub stop_ns: Option<u64>,
+}
+
+impl FlowSpec {
+    /// A flow active for the whole run.
+    pub fn always(source: Source) -> Self {
+        Self {
+            source,
+            start_ns: 0,
+            stop_ns: None,
+        }
+    }
+}
+
+/// What to simulate: the link, the pacer's parameters and the flows.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Scenario {
+    /// The shaped rate C, bytes per second.
+    pub rate_bytes_per_s: u64,
+    /// The pacer's parameters.
+    pub params: FairParams,
+    /// Simulated time, ns.
+    pub duration_ns: u64,
+    /// Seed of every random choice of the run.
+    pub seed: u64,
+    /// The flows, numbered by position.
+    pub flows: Vec<FlowSpec>,
+    /// Which epoch a kept packet's transmission time counts in.
+    pub accounting: Accounting,
+}
+
+/// Which epoch's measurement a kept packet counts in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Accounting {
+    /// Its departure's, through `departure_slot(epoch, departure)`: what the
+    /// BPF side does.
+    #[default]
+    Departure,
+    /// The epoch of the decision (`departure_slot(epoch, now)`): an
+    /// experiment, measuring accepted rather than departing traffic.
+    Decision,
+}
+
+/// The pacer's defaults (target 5 ms, interval 100 ms, horizon 500 ms,
+/// ECN on), as the controller configures them.
+pub fn default_params() -> FairParams {
+    FairParams {
+        codel: CodelParams {
+            target_ns: DEFAULT_TARGET_NS,
+            interval_ns: DEFAULT_INTERVAL_NS,
+        },
+        horizon_ns: DEFAULT_HORIZON_NS,
+        ecn: true,
+    }
+}
+
+impl Scenario {
+    /// A scenario at `rate_bit_per_s` for `duration_ns` with the pacer's
+    /// defaults, seed 1 and no flows yet.
+    pub fn new(rate_bit_per_s: u64, duration_ns: u64) -> Self {
+        Self {
+            rate_bytes_per_s: rate_bit_per_s / 8,
+            params: default_params(),
+            duration_ns,
+            seed: 1,
+            flows: Vec::new(),
+            accounting: Accounting::Departure,
+        }
+    }
+
+    /// Adds a flow; returns the scenario for chaining.
+    pub fn with(mut self, flow: FlowSpec) -> Self {
+        self.flows.push(flow);
+        self
+    }
+}
+
+/// Why a scenario cannot run.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SimError {
+    /// The link rate is outside what the pacer accepts.
+    #[error("link rate {rate_bytes_per_s} B/s is outside the pacer's range")]
+    Rate {
+        /// The rejected rate.
+        rate_bytes_per_s: u64,
+    },
+    /// A flow's parameters make no sense (zero RTT, interval, length or rate).
+    #[error("flow {flow}: {reason}")]
+    Flow {
+        /// Index of the flow in the scenario.
+        flow: usize,
+        /// What is wrong.
+        reason: &'static str,
+    },
+}
