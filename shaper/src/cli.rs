@@ -56,6 +56,9 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// Measure the classifier's cost per packet (BPF_PROG_TEST_RUN), or with
+    /// --vm-part goodput, latency and CPU against CAKE in a lab.
+    Bench(crate::bench::BenchArgs),
 }
 
 /// Arguments of `shaper run`.

@@ -6,6 +6,7 @@
 //! → `status` (counters) → `detach`/`cleanup` (restore exactly).
 
 pub mod attach;
+pub mod bench;
 pub mod bpf;
 pub mod checks;
 pub mod cli;

@@ -47,6 +47,7 @@ fn main() {
         cli::Command::Status { iface, json } => commands::status(iface, json),
         cli::Command::SetRate { iface, rate } => commands::set_rate(&iface, rate),
         cli::Command::Cleanup { iface, force } => commands::cleanup(iface, force),
+        cli::Command::Bench(args) => shaper::bench::run(args),
     };
     if let Err(e) = result {
         eprintln!("shaper: {e:#}");

@@ -6,6 +6,7 @@
 //!
 //! Exit codes: 0 ok, 1 failure, 2 usage (clap), or the wrapped command's own.
 
+mod bench;
 mod ebpf;
 mod test;
 mod toolchain;
@@ -43,6 +44,9 @@ enum Task {
     },
     /// Run every test: unit, this kernel's privileged tests, and the VM's.
     Test(test::TestArgs),
+    /// Benchmark: ns/packet here (BPF_PROG_TEST_RUN), goodput, latency and CPU
+    /// against CAKE in the VM; JSON and a table.
+    Bench(bench::BenchArgs),
     /// Boot a stock Debian kernel in QEMU and run CMD inside.
     Vm {
         /// Kernel to boot.
@@ -124,6 +128,7 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(status.code().unwrap_or(1))
         }
         Task::Test(args) => test::run(&root, &args),
+        Task::Bench(args) => bench::run(&root, &args),
         Task::Vm { kernel, cmd } => vm::run(&root, kernel, &cmd),
     }
 }

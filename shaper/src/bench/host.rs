@@ -1,0 +1,810 @@
+//! Per-packet cost of the egress classifier on this machine's kernel,
+//! measured by the kernel itself with `BPF_PROG_TEST_RUN`.
+//!
+//! What: nanoseconds per packet of `shaper_egress` (the fair pacer) on each
+//! of its paths, and of `shaper_passthrough` (returns -1, touches nothing)
+//! on the same frames with the same call pattern, so the difference is the
+//! pacer's own cost.
+//!
+//! Method.
+//! - The embedded object is loaded once; the flow table gets `sets` sets
+//!   (`EbpfLoader::map_max_entries("SHAPER_FLOWS")`, `flow_sets_mask =
+//!   sets - 1`), the configuration is the fair pacer's defaults
+//!   (`PacerConfig::new`) at a rate chosen per path, with a fixed
+//!   `hash_seed` so runs are comparable.
+//! - Timing is the kernel's `duration` of each call: its mean wall time per
+//!   repetition (`ktime_get_ns` around the loop, total / `repeat`,
+//!   truncated to whole ns). A call's total is taken as `duration *
+//!   repeat`; a sample is the mean over one call (single-flow paths) or one
+//!   round over every flow (flow mixes); the figure is the median sample,
+//!   with min and max alongside. Each call's window holds one clock read
+//!   besides the runs, amortised over `repeat`; the passthrough measured with
+//!   the same pattern carries the same overhead, so differences are clean.
+//! - The fair share is frozen at 1.0: `SHAPER_FAIR` is written with its
+//!   epoch far in the future, so no packet ever rolls the epoch. Otherwise
+//!   the benchmark's overload would drive the multiplier up within a few
+//!   epochs and move every flow towards the horizon. The roll itself (one
+//!   compare-and-swap winner per 8.4 ms, machine-wide) costs well under
+//!   0.1 ns per packet at any real packet rate; the per-packet atomic add
+//!   into the epoch ring still runs.
+//! - `repeat` replays the *same* skb: a single flow's clock advances by one
+//!   transmission time per repetition while the wall clock advances by the
+//!   run time, so each path is primed on purpose and the counters
+//!   (`SHAPER_COUNTERS`, read before and after the measured calls only)
+//!   report which verdicts the measured packets really got:
+//!   - `unpaced`: one flow at 1 Tbit/s: a 128-byte frame takes ~1 ns, far
+//!     less than a run, so the flow's clock is always idle (`passed_unpaced`).
+//!   - `paced`: one flow whose frame takes 4 runs' time (at least 200 ns) at
+//!     the rate, so the clock runs ahead by ~3 runs per packet and stays far
+//!     below CoDel's 5 ms target over a call; between calls the process
+//!     sleeps until the clock is idle again (the first packet of each call
+//!     passes).
+//!   - `aqm_drop`: one flow at a rate where a frame takes 50 ms, CoDel
+//!     interval 1 ns. Nine ECT(0) frames drive the clock 450 ms ahead (paced,
+//!     then CE-marked once CoDel enters its dropping state); the measured
+//!     frames are Not-ECT with the same tuple, so every one is dropped. The
+//!     1 ns interval makes the control law space signals 0 ns apart; the code
+//!     path is the one a 100 ms interval takes at a signal.
+//!   - `horizon_drop`: one flow at 50 ms per frame, no priming: after eleven
+//!     paced frames every replay lies beyond the 500 ms horizon.
+//!   - `flow_mix_10k` (the headline `classifier_ns_per_packet`): `flows`
+//!     distinct tuples (source port, then source address) at 1 ms per frame
+//!     (`repeat` = 4). Flows are taken in chunks of W: each flow of the chunk
+//!     gets one priming packet (passes, clock 1 ms ahead), then each gets
+//!     `repeat` measured packets, which are paced with scheduled delays below
+//!     4 ms (under CoDel's target). W is calibrated so a flow's priming and
+//!     measured calls are less than a third of a millisecond apart. A round
+//!     covers every flow; rounds are tens of ms apart per flow, so its clock
+//!     is idle again at the next priming. The measured call finds the flow's
+//!     set touched W calls earlier (L2-warm, not L1-hot); repetitions after
+//!     the first are L1-hot.
+//!   - `flow_mix_10k_unpaced`: the same tuples at 1 Tbit/s, no priming.
+//!
+//! Units: nanoseconds per packet (f64), fractions of measured packets
+//! (0..=1), rates in bytes per second, frame lengths in bytes.
+//!
+//! Non-goals: throughput under concurrency (one CPU, one call at a time),
+//! the cost of sch_fq or the rest of the stack, IPv6 and VLAN parsing costs
+//! (one IPv4/TCP frame shape), and absolute comparability across machines.
+
+use std::{
+    collections::BTreeMap,
+    os::fd::AsFd,
+    thread::sleep,
+    time::{Duration, Instant},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, MapData, MapError, PerCpuArray},
+    programs::{ProgramFd, SchedClassifier},
+};
+use serde::Serialize;
+use shaper_common::{
+    EGRESS_PROGRAM, PASSTHROUGH_PROGRAM,
+    config::PacerConfig,
+    counters::Counter,
+    fair::FairState,
+    flow::{FlowSet, WAYS},
+    maps,
+    rate::{MAX_RATE_BYTES_PER_S, MIN_RATE_BYTES_PER_S, ScaledRate},
+};
+use tracing::info;
+
+use super::frames::{Ecn, tcp_frame};
+use crate::{
+    bpf::{
+        self, ObjectError,
+        test_run::{TestRunError, run_skb},
+    },
+    checks::{self, Capabilities, CheckError},
+};
+
+/// Hash seed of every run, so flows land in the same sets each time.
+const HASH_SEED: u64 = 0x5EED_BE4C_0000_0001;
+
+/// An epoch the clock never reaches (`now >> 23` passes 2^32 only after
+/// about a century of uptime): written into `SHAPER_FAIR` so no packet rolls
+/// the epoch and the fair share stays at 1.0.
+const FROZEN_EPOCH: u64 = 1 << 48;
+
+/// Transmission time per frame on the aqm_drop and horizon_drop paths.
+const SLOW_TX_NS: u64 = 50_000_000;
+
+/// ECT(0) frames that drive the aqm_drop flow's clock ahead (9 × 50 ms,
+/// staying under the 500 ms horizon).
+const AQM_PRIME_REPEAT: u32 = 9;
+
+/// Sum of the scheduled delays the flow-mix measured packets may reach:
+/// below CoDel's 5 ms target.
+const MIX_DELAY_BUDGET_NS: u64 = 4_000_000;
+
+/// Largest flow-mix chunk.
+const MAX_CHUNK: usize = 256;
+
+/// What to measure.
+#[derive(Clone, Debug)]
+pub struct HostOptions {
+    /// Distinct tuples of the flow mixes.
+    pub flows: u32,
+    /// Rounds over all tuples (flow mixes).
+    pub rounds: u32,
+    /// Repetitions per call in the flow mixes.
+    pub mix_repeat: u32,
+    /// Calls on the single-flow paths.
+    pub calls: u32,
+    /// Repetitions per call on the single-flow paths.
+    pub repeat: u32,
+    /// Frame length in bytes (Ethernet header included).
+    pub frame_len: usize,
+    /// Flow-table sets (a power of two).
+    pub sets: u32,
+}
+
+impl Default for HostOptions {
+    fn default() -> Self {
+        Self {
+            flows: 10_000,
+            rounds: 5,
+            mix_repeat: 4,
+            calls: 200,
+            repeat: 1000,
+            frame_len: 128,
+            sets: shaper_common::flow::DEFAULT_FLOWS / WAYS as u32,
+        }
+    }
+}
+
+/// Why the host benchmark failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// No object embedded.
+    #[error(transparent)]
+    Object(#[from] ObjectError),
+    /// Missing privileges.
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// Loading the object or a program failed.
+    #[error("loading {what} failed: {detail}")]
+    Load {
+        /// The object or program.
+        what: String,
+        /// aya's error, with the verifier log if any.
+        detail: String,
+    },
+    /// A map operation failed.
+    #[error("{op} {map} failed")]
+    Map {
+        /// The map's name.
+        map: &'static str,
+        /// What was done.
+        op: &'static str,
+        /// aya's error.
+        #[source]
+        source: MapError,
+    },
+    /// A test run failed.
+    #[error("test run of {prog} failed")]
+    TestRun {
+        /// The program.
+        prog: &'static str,
+        /// Why.
+        #[source]
+        source: TestRunError,
+    },
+    /// An option is out of range.
+    #[error("invalid benchmark option: {0}")]
+    Invalid(String),
+}
+
+/// One path's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct PathResult {
+    /// Median over samples of the mean ns per packet.
+    pub ns_per_packet: f64,
+    /// Smallest sample.
+    pub ns_per_packet_min: f64,
+    /// Largest sample.
+    pub ns_per_packet_max: f64,
+    /// The passthrough classifier, same frames and call pattern.
+    pub passthrough_ns_per_packet: f64,
+    /// `ns_per_packet - passthrough_ns_per_packet`.
+    pub pacer_ns_per_packet: f64,
+    /// Packets measured.
+    pub packets: u64,
+    /// Samples (calls or rounds) the median is taken over.
+    pub samples: usize,
+    /// Distinct tuples.
+    pub flows: u32,
+    /// Repetitions per call.
+    pub repeat: u32,
+    /// Flow-mix chunk size (0 for single-flow paths).
+    pub chunk: usize,
+    /// The configured rate.
+    pub rate_bytes_per_s: u64,
+    /// One frame's transmission time at that rate, ns.
+    pub tx_ns: u64,
+    /// The counter this path is meant to move.
+    pub intended: &'static str,
+    /// Its share of the measured packets.
+    pub intended_fraction: f64,
+    /// Each outcome counter's share of the measured packets.
+    pub verdicts: BTreeMap<&'static str, f64>,
+}
+
+/// Everything the host part measures.
+#[derive(Clone, Debug, Serialize)]
+pub struct HostReport {
+    /// `uname -r`.
+    pub kernel_release: String,
+    /// The CPU model from /proc/cpuinfo.
+    pub cpu_model: String,
+    /// Frame length, bytes.
+    pub frame_len_bytes: usize,
+    /// Flow-table sets (flows = sets × 8).
+    pub flow_table_sets: u32,
+    /// Fair pacer, paced path, 10k-flow mix: the headline figure.
+    pub classifier_ns_per_packet: f64,
+    /// Passthrough on the same frames and pattern.
+    pub passthrough_ns_per_packet: f64,
+    /// The difference: what pacing adds.
+    pub pacer_ns_per_packet: f64,
+    /// Passthrough on one frame replayed `repeat` times per call.
+    pub passthrough_hot_ns_per_packet: f64,
+    /// Verdict shares of the headline measurement.
+    pub verdict_fractions: BTreeMap<&'static str, f64>,
+    /// Per path.
+    pub paths: BTreeMap<&'static str, PathResult>,
+    /// Wall time of the host part, s.
+    pub wall_s: f64,
+}
+
+/// Counters that say what happened to a packet.
+const OUTCOMES: [Counter; 7] = [
+    Counter::PassedUnpaced,
+    Counter::Paced,
+    Counter::CeMarked,
+    Counter::AqmDrop,
+    Counter::HorizonDrop,
+    Counter::FlowNew,
+    Counter::FlowTableFull,
+];
+
+type Counts = [u64; Counter::COUNT as usize];
+
+#[derive(Clone, Copy)]
+enum Prog {
+    Egress,
+    Pass,
+}
+
+/// The loaded object and its maps.
+struct Bench {
+    _ebpf: Ebpf,
+    egress: ProgramFd,
+    pass: ProgramFd,
+    config: Array<MapData, PacerConfig>,
+    counters: PerCpuArray<MapData, u64>,
+    fair: Array<MapData, FairState>,
+    flows: Array<MapData, FlowSet>,
+    sets: u32,
+}
+
+fn load_prog(ebpf: &mut Ebpf, name: &'static str) -> Result<ProgramFd, BenchError> {
+    let load_err = |detail: String| BenchError::Load {
+        what: name.to_owned(),
+        detail,
+    };
+    let prog: &mut SchedClassifier = ebpf
+        .program_mut(name)
+        .ok_or_else(|| load_err("not in the object".to_owned()))?
+        .try_into()
+        .map_err(|e| load_err(format!("not a classifier: {e}")))?;
+    prog.load().map_err(|e| load_err(format!("{e:#}")))?;
+    let fd = prog.fd().map_err(|e| load_err(format!("{e:#}")))?;
+    fd.try_clone().map_err(|e| load_err(format!("dup: {e}")))
+}
+
+fn take<T: TryFrom<aya::maps::Map, Error = MapError>>(
+    ebpf: &mut Ebpf,
+    name: &'static str,
+) -> Result<T, BenchError> {
+    let map = ebpf.take_map(name).ok_or_else(|| BenchError::Load {
+        what: name.to_owned(),
+        detail: "no such map in the object".to_owned(),
+    })?;
+    T::try_from(map).map_err(|source| BenchError::Map {
+        map: name,
+        op: "opening",
+        source,
+    })
+}
+
+impl Bench {
+    fn load(sets: u32) -> Result<Self, BenchError> {
+        let object = bpf::object()?;
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(maps::FLOWS, sets)
+            .load(object)
+            .map_err(|e| BenchError::Load {
+                what: "the BPF object".to_owned(),
+                detail: format!("{e:#}"),
+            })?;
+        let egress = load_prog(&mut ebpf, EGRESS_PROGRAM)?;
+        let pass = load_prog(&mut ebpf, PASSTHROUGH_PROGRAM)?;
+        Ok(Self {
+            config: take(&mut ebpf, maps::CONFIG)?,
+            counters: take(&mut ebpf, maps::COUNTERS)?,
+            fair: take(&mut ebpf, maps::FAIR)?,
+            flows: take(&mut ebpf, maps::FLOWS)?,
+            _ebpf: ebpf,
+            egress,
+            pass,
+            sets,
+        })
+    }
+
+    /// Configures the fair pacer at `rate` (defaults, then `tweak`), freezes
+    /// the fair share at 1.0 and empties the flow table.
+    fn prepare(
+        &mut self,
+        rate_bytes_per_s: u64,
+        tweak: impl FnOnce(&mut PacerConfig),
+    ) -> Result<(), BenchError> {
+        let rate = ScaledRate::from_bytes_per_s(rate_bytes_per_s).ok_or_else(|| {
+            BenchError::Invalid(format!("rate {rate_bytes_per_s} B/s is out of range"))
+        })?;
+        let mut c = PacerConfig::new(rate_bytes_per_s, rate);
+        c.hash_seed = HASH_SEED;
+        c.flow_sets_mask = self.sets - 1;
+        tweak(&mut c);
+        self.config.set(0, c, 0).map_err(|source| BenchError::Map {
+            map: maps::CONFIG,
+            op: "writing",
+            source,
+        })?;
+        let fair = FairState {
+            epoch: FROZEN_EPOCH,
+            ..FairState::default()
+        };
+        self.fair
+            .set(0, fair, 0)
+            .map_err(|source| BenchError::Map {
+                map: maps::FAIR,
+                op: "writing",
+                source,
+            })?;
+        for i in 0..self.sets {
+            self.flows
+                .set(i, FlowSet::default(), 0)
+                .map_err(|source| BenchError::Map {
+                    map: maps::FLOWS,
+                    op: "clearing",
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    fn counts(&self) -> Result<Counts, BenchError> {
+        let mut out = [0; Counter::COUNT as usize];
+        for c in OUTCOMES.iter().copied().chain([Counter::Packets]) {
+            let per_cpu = self
+                .counters
+                .get(&(c as u32), 0)
+                .map_err(|source| BenchError::Map {
+                    map: maps::COUNTERS,
+                    op: "reading",
+                    source,
+                })?;
+            out[c as usize] = per_cpu.iter().sum();
+        }
+        Ok(out)
+    }
+
+    /// Runs `frame` `repeat` times; the call's total kernel-measured ns.
+    fn call(&self, prog: Prog, frame: &[u8], repeat: u32) -> Result<f64, BenchError> {
+        let (fd, name) = match prog {
+            Prog::Egress => (self.egress.as_fd(), EGRESS_PROGRAM),
+            Prog::Pass => (self.pass.as_fd(), PASSTHROUGH_PROGRAM),
+        };
+        let out = run_skb(fd, frame, None, repeat)
+            .map_err(|source| BenchError::TestRun { prog: name, source })?;
+        Ok(f64::from(out.duration_ns) * f64::from(repeat.max(1)))
+    }
+}
+
+/// Median, min and max of `samples` (empty: zeros).
+fn spread(samples: &mut [f64]) -> (f64, f64, f64) {
+    if samples.is_empty() {
+        return (0.0, 0.0, 0.0);
+    }
+    samples.sort_by(f64::total_cmp);
+    let mid = samples.len() / 2;
+    let median = if samples.len().is_multiple_of(2) {
+        (samples[mid - 1] + samples[mid]) / 2.0
+    } else {
+        samples[mid]
+    };
+    (median, samples[0], samples[samples.len() - 1])
+}
+
+/// Rate at which a `len`-byte frame takes `tx_ns`, clamped to the range.
+fn rate_for(len: usize, tx_ns: u64) -> u64 {
+    let rate = (len as u64).saturating_mul(1_000_000_000) / tx_ns.max(1);
+    rate.clamp(MIN_RATE_BYTES_PER_S, MAX_RATE_BYTES_PER_S)
+}
+
+/// What a measurement loop produced, before the passthrough is added.
+struct Measured {
+    samples: Vec<f64>,
+    packets: u64,
+    delta: Counts,
+}
+
+impl Measured {
+    fn new() -> Self {
+        Self {
+            samples: Vec::new(),
+            packets: 0,
+            delta: [0; Counter::COUNT as usize],
+        }
+    }
+
+    fn add_delta(&mut self, before: &Counts, after: &Counts) {
+        for (d, (a, b)) in self.delta.iter_mut().zip(after.iter().zip(before)) {
+            *d += a.wrapping_sub(*b);
+        }
+    }
+}
+
+struct PathSpec {
+    flows: u32,
+    repeat: u32,
+    chunk: usize,
+    rate_bytes_per_s: u64,
+    tx_ns: u64,
+    intended: Counter,
+}
+
+fn result(spec: &PathSpec, mut m: Measured, passthrough_ns: f64) -> PathResult {
+    let (median, min, max) = spread(&mut m.samples);
+    let packets = m.packets.max(1) as f64;
+    let verdicts: BTreeMap<&'static str, f64> = OUTCOMES
+        .iter()
+        .map(|&c| (c.name(), m.delta[c as usize] as f64 / packets))
+        .collect();
+    let seen = m.delta[Counter::Packets as usize];
+    if seen != m.packets {
+        tracing::warn!(
+            expected = m.packets,
+            seen,
+            "the packets counter moved by a different amount than the packets run"
+        );
+    }
+    PathResult {
+        ns_per_packet: median,
+        ns_per_packet_min: min,
+        ns_per_packet_max: max,
+        passthrough_ns_per_packet: passthrough_ns,
+        pacer_ns_per_packet: median - passthrough_ns,
+        packets: m.packets,
+        samples: m.samples.len(),
+        flows: spec.flows,
+        repeat: spec.repeat,
+        chunk: spec.chunk,
+        rate_bytes_per_s: spec.rate_bytes_per_s,
+        tx_ns: spec.tx_ns,
+        intended: spec.intended.name(),
+        intended_fraction: m.delta[spec.intended as usize] as f64 / packets,
+        verdicts,
+    }
+}
+
+/// `calls` calls of `repeat` on one frame of one program; median per-packet ns.
+fn single_calls(
+    b: &Bench,
+    prog: Prog,
+    frame: &[u8],
+    calls: u32,
+    repeat: u32,
+    pause: Duration,
+) -> Result<Measured, BenchError> {
+    let mut m = Measured::new();
+    for _ in 0..calls {
+        let before = b.counts()?;
+        let ns = b.call(prog, frame, repeat)?;
+        let after = b.counts()?;
+        m.add_delta(&before, &after);
+        m.samples.push(ns / f64::from(repeat));
+        m.packets += u64::from(repeat);
+        if !pause.is_zero() {
+            sleep(pause);
+        }
+    }
+    Ok(m)
+}
+
+/// Runs the host benchmark.
+pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
+    if opts.flows == 0 || opts.rounds == 0 || opts.calls == 0 || opts.repeat == 0 {
+        return Err(BenchError::Invalid(
+            "flows, rounds, calls and repeat must be positive".to_owned(),
+        ));
+    }
+    if opts.mix_repeat == 0 || opts.mix_repeat > 16 {
+        return Err(BenchError::Invalid(format!(
+            "--mix-repeat {} must be 1 to 16 (the flow's clock must stay below CoDel's target)",
+            opts.mix_repeat
+        )));
+    }
+    if !opts.sets.is_power_of_two() {
+        return Err(BenchError::Invalid(format!(
+            "flow-table sets {} is not a power of two",
+            opts.sets
+        )));
+    }
+    Capabilities::current()?.check()?;
+    let started = Instant::now();
+    let mut b = Bench::load(opts.sets)?;
+    let len = opts.frame_len;
+    let frame = tcp_frame(0, len, Ecn::NotEct);
+    let mut paths = BTreeMap::new();
+
+    // Passthrough, one frame replayed: the floor.
+    let mut hot = single_calls(
+        &b,
+        Prog::Pass,
+        &frame,
+        opts.calls,
+        opts.repeat,
+        Duration::ZERO,
+    )?;
+    let (passthrough_hot, _, _) = spread(&mut hot.samples);
+    info!(passthrough_hot, "passthrough, one frame");
+
+    // Unpaced: at 1 Tbit/s the clock is always idle.
+    let rate = MAX_RATE_BYTES_PER_S;
+    b.prepare(rate, |_| {})?;
+    b.call(Prog::Egress, &frame, 1)?; // claims the flow
+    let m = single_calls(
+        &b,
+        Prog::Egress,
+        &frame,
+        opts.calls,
+        opts.repeat,
+        Duration::ZERO,
+    )?;
+    let spec = PathSpec {
+        flows: 1,
+        repeat: opts.repeat,
+        chunk: 0,
+        rate_bytes_per_s: rate,
+        tx_ns: ScaledRate::from_bytes_per_s(rate).map_or(0, |r| r.tx_time_ns(len as u32)),
+        intended: Counter::PassedUnpaced,
+    };
+    let unpaced = result(&spec, m, passthrough_hot);
+    info!(ns = unpaced.ns_per_packet, "unpaced");
+    let run_ns = unpaced.ns_per_packet.max(1.0) as u64;
+    paths.insert("unpaced", unpaced);
+
+    // Paced: a frame takes four runs' time, so the clock runs ahead.
+    let tx_ns = (4 * run_ns).max(200);
+    let rate = rate_for(len, tx_ns);
+    b.prepare(rate, |_| {})?;
+    let drain = Duration::from_nanos(tx_ns * u64::from(opts.repeat) + 100_000);
+    b.call(Prog::Egress, &frame, 1)?;
+    sleep(drain);
+    let m = single_calls(&b, Prog::Egress, &frame, opts.calls, opts.repeat, drain)?;
+    let spec = PathSpec {
+        flows: 1,
+        repeat: opts.repeat,
+        chunk: 0,
+        rate_bytes_per_s: rate,
+        tx_ns,
+        intended: Counter::Paced,
+    };
+    let paced = result(&spec, m, passthrough_hot);
+    info!(ns = paced.ns_per_packet, "paced");
+    paths.insert("paced", paced);
+
+    // AQM drop: ECT(0) frames drive the clock 450 ms ahead and CoDel into
+    // its dropping state; Not-ECT frames of the same flow are then dropped.
+    let rate = rate_for(len, SLOW_TX_NS);
+    b.prepare(rate, |c| c.interval_ns = 1)?;
+    let ect = tcp_frame(0, len, Ecn::Ect0);
+    b.call(Prog::Egress, &ect, AQM_PRIME_REPEAT)?;
+    let m = single_calls(
+        &b,
+        Prog::Egress,
+        &frame,
+        opts.calls,
+        opts.repeat,
+        Duration::ZERO,
+    )?;
+    let spec = PathSpec {
+        flows: 1,
+        repeat: opts.repeat,
+        chunk: 0,
+        rate_bytes_per_s: rate,
+        tx_ns: SLOW_TX_NS,
+        intended: Counter::AqmDrop,
+    };
+    let aqm = result(&spec, m, passthrough_hot);
+    info!(ns = aqm.ns_per_packet, "aqm drop");
+    paths.insert("aqm_drop", aqm);
+
+    // Horizon drop: a slow rate and one frame replayed.
+    b.prepare(rate, |_| {})?;
+    let m = single_calls(
+        &b,
+        Prog::Egress,
+        &frame,
+        opts.calls,
+        opts.repeat,
+        Duration::ZERO,
+    )?;
+    let spec = PathSpec {
+        intended: Counter::HorizonDrop,
+        ..spec
+    };
+    let horizon = result(&spec, m, passthrough_hot);
+    info!(ns = horizon.ns_per_packet, "horizon drop");
+    paths.insert("horizon_drop", horizon);
+
+    // Flow mixes.
+    let frames: Vec<Vec<u8>> = (0..opts.flows)
+        .map(|i| tcp_frame(i, len, Ecn::NotEct))
+        .collect();
+    let mix_pass = mix_passthrough(&b, &frames, opts)?;
+    info!(ns = mix_pass, "passthrough, flow mix");
+
+    let rate = MAX_RATE_BYTES_PER_S;
+    b.prepare(rate, |_| {})?;
+    let unpaced_mix = flow_mix(&b, &frames, opts, rate, None, mix_pass)?;
+    info!(ns = unpaced_mix.ns_per_packet, "flow mix, unpaced");
+    paths.insert("flow_mix_10k_unpaced", unpaced_mix);
+
+    let tx_ns = MIX_DELAY_BUDGET_NS / u64::from(opts.mix_repeat);
+    let rate = rate_for(len, tx_ns);
+    b.prepare(rate, |_| {})?;
+    let mix = flow_mix(&b, &frames, opts, rate, Some(tx_ns), mix_pass)?;
+    info!(ns = mix.ns_per_packet, "flow mix, paced");
+    let report = HostReport {
+        kernel_release: checks::kernel_release(),
+        cpu_model: cpu_model(),
+        frame_len_bytes: len,
+        flow_table_sets: opts.sets,
+        classifier_ns_per_packet: mix.ns_per_packet,
+        passthrough_ns_per_packet: mix_pass,
+        pacer_ns_per_packet: mix.ns_per_packet - mix_pass,
+        passthrough_hot_ns_per_packet: passthrough_hot,
+        verdict_fractions: mix.verdicts.clone(),
+        paths: {
+            paths.insert("flow_mix_10k", mix);
+            paths
+        },
+        wall_s: 0.0,
+    };
+    Ok(HostReport {
+        wall_s: started.elapsed().as_secs_f64(),
+        ..report
+    })
+}
+
+/// The passthrough over every frame, `mix_repeat` per call: median over
+/// rounds of ns per packet.
+fn mix_passthrough(b: &Bench, frames: &[Vec<u8>], opts: &HostOptions) -> Result<f64, BenchError> {
+    let mut samples = Vec::new();
+    for _ in 0..opts.rounds {
+        let mut ns = 0.0;
+        for f in frames {
+            ns += b.call(Prog::Pass, f, opts.mix_repeat)?;
+        }
+        samples.push(ns / (frames.len() as f64 * f64::from(opts.mix_repeat)));
+    }
+    Ok(spread(&mut samples).0)
+}
+
+/// The flow mix: a warm-up round (claims every flow and times a call), then
+/// `rounds` rounds. With `prime_tx_ns`, each chunk of flows is primed first
+/// (see the module header); without, every call is measured.
+fn flow_mix(
+    b: &Bench,
+    frames: &[Vec<u8>],
+    opts: &HostOptions,
+    rate_bytes_per_s: u64,
+    prime_tx_ns: Option<u64>,
+    passthrough_ns: f64,
+) -> Result<PathResult, BenchError> {
+    let t = Instant::now();
+    for f in frames {
+        b.call(Prog::Egress, f, 1)?;
+    }
+    let call_ns = (t.elapsed().as_nanos() / frames.len().max(1) as u128).max(1);
+    let chunk = match prime_tx_ns {
+        // A flow's priming and measured calls lie about `chunk` calls apart.
+        Some(tx) => usize::try_from(u128::from(tx / 3) / call_ns)
+            .unwrap_or(MAX_CHUNK)
+            .clamp(1, MAX_CHUNK),
+        None => frames.len(),
+    };
+    // Let every clock go idle after the warm-up.
+    sleep(Duration::from_millis(10));
+    let mut m = Measured::new();
+    let r = opts.mix_repeat;
+    for _ in 0..opts.rounds {
+        let mut ns = 0.0;
+        let mut packets = 0u64;
+        for group in frames.chunks(chunk) {
+            if prime_tx_ns.is_some() {
+                for f in group {
+                    b.call(Prog::Egress, f, 1)?;
+                }
+            }
+            let before = b.counts()?;
+            for f in group {
+                ns += b.call(Prog::Egress, f, r)?;
+            }
+            let after = b.counts()?;
+            m.add_delta(&before, &after);
+            packets += group.len() as u64 * u64::from(r);
+        }
+        m.samples.push(ns / packets.max(1) as f64);
+        m.packets += packets;
+    }
+    let spec = PathSpec {
+        flows: u32::try_from(frames.len()).unwrap_or(u32::MAX),
+        repeat: r,
+        chunk: if prime_tx_ns.is_some() { chunk } else { 0 },
+        rate_bytes_per_s,
+        tx_ns: prime_tx_ns.unwrap_or_else(|| {
+            ScaledRate::from_bytes_per_s(rate_bytes_per_s).map_or(0, |s| {
+                s.tx_time_ns(u32::try_from(opts.frame_len).unwrap_or(u32::MAX))
+            })
+        }),
+        intended: if prime_tx_ns.is_some() {
+            Counter::Paced
+        } else {
+            Counter::PassedUnpaced
+        },
+    };
+    Ok(result(&spec, m, passthrough_ns))
+}
+
+/// The CPU model name, or "unknown".
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, v)| v.trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_is_median_min_max() {
+        assert_eq!(spread(&mut [3.0, 1.0, 2.0]), (2.0, 1.0, 3.0));
+        assert_eq!(spread(&mut [4.0, 1.0, 2.0, 3.0]), (2.5, 1.0, 4.0));
+        assert_eq!(spread(&mut []), (0.0, 0.0, 0.0));
+    }
+
+    #[test]
+    fn rates_give_the_intended_transmission_time() {
+        let rate = rate_for(128, 1_000_000);
+        assert_eq!(rate, 128_000);
+        let tx = ScaledRate::from_bytes_per_s(rate)
+            .expect("in range")
+            .tx_time_ns(128);
+        assert_eq!(tx, 1_000_000);
+        assert_eq!(rate_for(128, 1), MAX_RATE_BYTES_PER_S);
+        assert_eq!(rate_for(1, u64::MAX), MIN_RATE_BYTES_PER_S);
+    }
+}

@@ -1,0 +1,259 @@
+//! `shaper bench`: what the shaper costs and what it delivers, as one JSON
+//! document and a short table.
+//!
+//! Two parts, run separately because they need different kernels:
+//! - the host part ([`host`], the default): ns per packet of the egress
+//!   classifier on each pacer path and on a 10k-flow mix, measured by the
+//!   kernel with `BPF_PROG_TEST_RUN`, against a passthrough classifier; any
+//!   kernel with BPF will do, root needed;
+//! - the lab part ([`vm`], `--vm-part`): goodput, ping under load and CPU per
+//!   Mbit/s of the shaper, CAKE and the aggregate pacer in network
+//!   namespaces; needs sch_fq, CAKE and netem (`cargo xtask bench` runs it in
+//!   the VM).
+//!
+//! `--merge-vm F2 --json FILE` adds a lab part's JSON (F2) to a host part's
+//! (FILE) under the key `vm`; that is how `cargo xtask bench` joins the two.
+//!
+//! JSON keys (top level): `schema`, `units`, the host part's fields
+//! (`classifier_ns_per_packet`, `passthrough_ns_per_packet`,
+//! `pacer_ns_per_packet`, `passthrough_hot_ns_per_packet`,
+//! `verdict_fractions`, `paths.{unpaced, paced, aqm_drop, horizon_drop,
+//! flow_mix_10k, flow_mix_10k_unpaced}`, `kernel_release`, ...), and `vm`
+//! (`shaper`, `cake`, `aggregate`, each with `goodput_ratio`, `ping_p50_ms`,
+//! `ping_p99_ms`, `softirq_cpu_per_mbit`), or null.
+//!
+//! Non-goals: pass/fail thresholds (the tests assert; this reports), and
+//! history or comparison between runs.
+
+pub mod frames;
+pub mod host;
+pub mod vm;
+
+use std::{path::PathBuf, time::Duration};
+
+use anyhow::{Context, Result};
+use serde_json::{Value, json};
+
+use crate::{config::parse_duration, rate::Rate};
+
+/// Identifies the JSON layout; bumped when a key changes meaning.
+pub const SCHEMA: &str = "shaper-bench/1";
+
+/// Arguments of `shaper bench`.
+#[derive(Debug, clap::Args)]
+pub struct BenchArgs {
+    /// Also write the results as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Run the lab part (namespaces, CAKE, netem; needs a full kernel such
+    /// as the VM's) instead of the BPF_PROG_TEST_RUN part.
+    #[arg(long)]
+    pub vm_part: bool,
+    /// Add the lab part's JSON in FILE to the host part's JSON in --json
+    /// under `vm`, and print its table. Runs nothing.
+    #[arg(
+        long,
+        value_name = "FILE",
+        requires = "json",
+        conflicts_with = "vm_part"
+    )]
+    pub merge_vm: Option<PathBuf>,
+    /// Host part: distinct flows in the flow mixes.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub flows: u32,
+    /// Host part: rounds over all flows.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub rounds: u32,
+    /// Lab part: the shaping rate.
+    #[arg(long, value_name = "RATE", default_value = "50mbit")]
+    pub rate: Rate,
+    /// Lab part: measured time per run (after a 2 s warm-up).
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Lab part: skip the aggregate pacer.
+    #[arg(long)]
+    pub no_aggregate: bool,
+}
+
+/// Runs `shaper bench`.
+pub fn run(args: BenchArgs) -> Result<()> {
+    if let Some(vm_file) = &args.merge_vm {
+        let Some(json) = &args.json else {
+            anyhow::bail!("--merge-vm needs --json FILE (the host part's results)");
+        };
+        return merge(json, vm_file);
+    }
+    let doc = if args.vm_part {
+        let opts = vm::VmOptions {
+            bin: std::env::current_exe().context("cannot find this binary's path")?,
+            rate: args.rate,
+            delay: Duration::from_millis(20),
+            streams: 4,
+            duration: args.duration,
+            aggregate: !args.no_aggregate,
+        };
+        let report = vm::run(&opts).context("the lab part failed")?;
+        let doc = serde_json::to_value(&report)?;
+        print!("{}", vm_table(&doc));
+        doc
+    } else {
+        let opts = host::HostOptions {
+            flows: args.flows,
+            rounds: args.rounds,
+            ..host::HostOptions::default()
+        };
+        let report = host::run(&opts)?;
+        let mut doc = serde_json::to_value(&report)?;
+        if let Value::Object(map) = &mut doc {
+            map.insert("schema".to_owned(), json!(SCHEMA));
+            map.insert("units".to_owned(), units());
+            map.insert("vm".to_owned(), Value::Null);
+        }
+        print!("{}", host_table(&doc));
+        doc
+    };
+    if let Some(path) = &args.json {
+        write_json(path, &doc)?;
+    }
+    Ok(())
+}
+
+/// What each figure is in.
+fn units() -> Value {
+    json!({
+        "ns_per_packet": "nanoseconds per packet, the kernel's BPF_PROG_TEST_RUN duration \
+                          (median over samples)",
+        "verdicts": "fraction of the measured packets whose outcome counter moved",
+        "rate_bytes_per_s": "bytes per second",
+        "vm.goodput_ratio": "receiver goodput / configured rate",
+        "vm.ping_ms": "milliseconds, RTT under load",
+        "vm.softirq_cpu_per_mbit": "percent of one CPU per Mbit/s of goodput: \
+                                    (system+softirq+irq share shaped - share of an unshaped \
+                                    iperf3-paced run at the same goodput) x CPUs x 100 / Mbit/s",
+    })
+}
+
+fn write_json(path: &PathBuf, doc: &Value) -> Result<()> {
+    let text = serde_json::to_string_pretty(doc)?;
+    std::fs::write(path, text + "\n").with_context(|| format!("cannot write {}", path.display()))
+}
+
+/// Adds the lab part in `vm_file` to the document in `json` under `vm`.
+fn merge(json: &PathBuf, vm_file: &PathBuf) -> Result<()> {
+    let read = |p: &PathBuf| -> Result<Value> {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", p.display()))
+    };
+    let mut doc = read(json)?;
+    let vm = read(vm_file)?;
+    let Value::Object(map) = &mut doc else {
+        anyhow::bail!("{} does not hold a JSON object", json.display());
+    };
+    print!("{}", vm_table(&vm));
+    map.insert("vm".to_owned(), vm);
+    write_json(json, &doc)
+}
+
+fn num(v: &Value, key: &str) -> String {
+    match v.get(key).and_then(Value::as_f64) {
+        Some(x) => format!("{x:.1}"),
+        None => "-".to_owned(),
+    }
+}
+
+fn frac(v: &Value, key: &str) -> String {
+    match v.get(key).and_then(Value::as_f64) {
+        Some(x) => format!("{:.1}%", x * 100.0),
+        None => "-".to_owned(),
+    }
+}
+
+/// The host part as a table.
+fn host_table(doc: &Value) -> String {
+    let mut s = format!(
+        "shaper bench (BPF_PROG_TEST_RUN), kernel {}, {}\n",
+        doc.get("kernel_release")
+            .and_then(Value::as_str)
+            .unwrap_or("?"),
+        doc.get("cpu_model").and_then(Value::as_str).unwrap_or("?")
+    );
+    s.push_str(&format!(
+        "  classifier (10k-flow mix, paced) {:>7} ns/pkt   passthrough {:>6} ns/pkt   \
+         pacer {:>6} ns/pkt\n",
+        num(doc, "classifier_ns_per_packet"),
+        num(doc, "passthrough_ns_per_packet"),
+        num(doc, "pacer_ns_per_packet")
+    ));
+    s.push_str(&format!(
+        "  {:<22} {:>8} {:>8} {:>8} {:>6} {:>8} {:>9} {:>8}\n",
+        "path", "ns/pkt", "min", "pass", "flows", "repeat", "intended", "fraction"
+    ));
+    if let Some(paths) = doc.get("paths").and_then(Value::as_object) {
+        for (name, p) in paths {
+            s.push_str(&format!(
+                "  {:<22} {:>8} {:>8} {:>8} {:>6} {:>8} {:>9} {:>8}\n",
+                name,
+                num(p, "ns_per_packet"),
+                num(p, "ns_per_packet_min"),
+                num(p, "passthrough_ns_per_packet"),
+                p.get("flows").and_then(Value::as_u64).unwrap_or(0),
+                p.get("repeat").and_then(Value::as_u64).unwrap_or(0),
+                p.get("intended").and_then(Value::as_str).unwrap_or("?"),
+                frac(p, "intended_fraction"),
+            ));
+        }
+    }
+    s
+}
+
+/// The lab part as a table.
+fn vm_table(vm: &Value) -> String {
+    let mut s = format!(
+        "shaper bench (lab), kernel {}, {} Mbit/s, +{} ms RTT, {} TCP streams, {} s\n",
+        vm.get("kernel_release")
+            .and_then(Value::as_str)
+            .unwrap_or("?"),
+        num(vm, "rate_mbit"),
+        num(vm, "delay_ms"),
+        vm.get("streams").and_then(Value::as_u64).unwrap_or(0),
+        num(vm, "duration_s"),
+    );
+    s.push_str(&format!(
+        "  {:<10} {:>8} {:>9} {:>9} {:>14}\n",
+        "state", "goodput", "ping p50", "ping p99", "cpu %/Mbit/s"
+    ));
+    for name in ["shaper", "cake", "aggregate"] {
+        let Some(st) = vm.get(name).filter(|v| !v.is_null()) else {
+            continue;
+        };
+        let cpu = st
+            .get("softirq_cpu_per_mbit")
+            .and_then(Value::as_f64)
+            .map_or("-".to_owned(), |x| format!("{x:.3}"));
+        s.push_str(&format!(
+            "  {:<10} {:>8} {:>9} {:>9} {:>14}\n",
+            name,
+            frac(st, "goodput_ratio"),
+            num(st, "ping_p50_ms"),
+            num(st, "ping_p99_ms"),
+            cpu
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_tolerate_missing_fields() {
+        let host = json!({"kernel_release": "6.18", "paths": {"paced": {"ns_per_packet": 70.24}}});
+        let t = host_table(&host);
+        assert!(t.contains("paced") && t.contains("70.2"), "{t}");
+        let vm = json!({"shaper": {"goodput_ratio": 0.95}, "aggregate": null});
+        let t = vm_table(&vm);
+        assert!(t.contains("95.0%") && !t.contains("aggregate"), "{t}");
+    }
+}

@@ -1,0 +1,211 @@
+//! The lab part of the benchmark: goodput, latency under load and CPU cost of
+//! the shaper against CAKE on a full kernel (in practice the project's VM,
+//! since it needs sch_fq, CAKE and netem).
+//!
+//! Method: the lab's client → router → server testbed ([`crate::lab`]) with
+//! 20 ms of netem delay on the return path; each state shapes the router's
+//! WAN egress at 50 Mbit/s while 4 TCP streams upload from the client for
+//! `duration` (after a 2 s omitted warm-up) and ping runs alongside from the
+//! client every 50 ms. States: the shaper (fair pacer, defaults), CAKE
+//! (besteffort), and the shaper's aggregate pacer (`--pacer aggregate`).
+//!
+//! CPU cost: the guest-wide system + softirq + irq share of all CPU time
+//! over a state's run, minus the same share over an *unshaped* run whose 4
+//! streams iperf3 paces itself (`-b` per stream) to the goodput that state
+//! achieved, so the TCP stacks and iperf3 do the same work in both. Then
+//! `softirq_cpu_per_mbit = (shaped - baseline) × CPUs × 100 / goodput in
+//! Mbit/s`, in percent of one CPU per Mbit/s of goodput. Under emulation
+//! (TCG) absolute figures mean little: compare states of the same run.
+//!
+//! Units: goodput ratios are receiver goodput / configured rate; ping in
+//! milliseconds; CPU shares as fractions (0..=1 of all CPUs) unless named
+//! `per_mbit`.
+//!
+//! Non-goals: repetitions, fairness between unequal flows (the lab's tests
+//! cover that), GSO-off runs.
+
+use std::{collections::BTreeMap, path::PathBuf, time::Duration, time::Instant};
+
+use serde::Serialize;
+use tracing::info;
+
+use crate::{
+    checks,
+    lab::{
+        FlowSpec, Host, LabError, RunResult, Scenario, State, Testbed, TestbedOptions, Timing,
+        run_scenario,
+    },
+    rate::Rate,
+};
+
+/// Warm-up excluded from every run.
+const OMIT: Duration = Duration::from_secs(2);
+
+/// What the lab part runs.
+#[derive(Clone, Debug)]
+pub struct VmOptions {
+    /// Path of the shaper binary to run (normally this one).
+    pub bin: PathBuf,
+    /// The shaping rate.
+    pub rate: Rate,
+    /// Extra round-trip delay of the client's path.
+    pub delay: Duration,
+    /// TCP streams.
+    pub streams: u32,
+    /// Measured time per run.
+    pub duration: Duration,
+    /// Also run the aggregate pacer.
+    pub aggregate: bool,
+}
+
+/// One state's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct StateResult {
+    /// Receiver goodput / configured rate.
+    pub goodput_ratio: f64,
+    /// Receiver goodput, Mbit/s.
+    pub goodput_mbit: f64,
+    /// Median RTT under load, ms.
+    pub ping_p50_ms: Option<f64>,
+    /// 99th percentile RTT under load, ms.
+    pub ping_p99_ms: Option<f64>,
+    /// Ping samples.
+    pub ping_samples: usize,
+    /// TCP retransmissions.
+    pub retransmits: u64,
+    /// (kernel share shaped − kernel share of the paced baseline) × CPUs ×
+    /// 100 / goodput Mbit/s: percent of one CPU per Mbit/s.
+    pub softirq_cpu_per_mbit: Option<f64>,
+    /// system + softirq + irq share of all CPUs during the shaped run.
+    pub cpu_kernel_frac: f64,
+    /// The same during the paced, unshaped baseline.
+    pub baseline_cpu_kernel_frac: f64,
+    /// The baseline's goodput, Mbit/s (should match `goodput_mbit`).
+    pub baseline_goodput_mbit: f64,
+    /// The shaper's outcome counters (not for CAKE).
+    pub counters: Option<BTreeMap<String, u64>>,
+}
+
+/// Everything the lab part measures.
+#[derive(Clone, Debug, Serialize)]
+pub struct VmReport {
+    /// The guest kernel.
+    pub kernel_release: String,
+    /// CPUs the guest has.
+    pub cpus: usize,
+    /// Configured rate, Mbit/s.
+    pub rate_mbit: f64,
+    /// Extra RTT, ms.
+    pub delay_ms: f64,
+    /// TCP streams.
+    pub streams: u32,
+    /// Measured seconds per run.
+    pub duration_s: f64,
+    /// What `softirq_cpu_per_mbit` is in.
+    pub cpu_unit: &'static str,
+    /// The fair pacer.
+    pub shaper: StateResult,
+    /// CAKE at the same rate.
+    pub cake: StateResult,
+    /// The aggregate pacer, if run.
+    pub aggregate: Option<StateResult>,
+    /// Wall time of the lab part, s.
+    pub wall_s: f64,
+}
+
+/// Runs the lab part.
+pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
+    let started = Instant::now();
+    let tb = Testbed::new(TestbedOptions {
+        client_delay: opts.delay,
+        ..TestbedOptions::default()
+    })?;
+    let timing = Timing::new(opts.duration, OMIT);
+    let shaper = State::Shaper {
+        bin: opts.bin.clone(),
+        rate: opts.rate,
+        extra_args: Vec::new(),
+    };
+    let cake = State::Cake { rate: opts.rate };
+    let shaper = measure(&tb, opts, shaper, timing)?;
+    let cake = measure(&tb, opts, cake, timing)?;
+    let aggregate = if opts.aggregate {
+        let state = State::Shaper {
+            bin: opts.bin.clone(),
+            rate: opts.rate,
+            extra_args: vec!["--pacer".to_owned(), "aggregate".to_owned()],
+        };
+        Some(measure(&tb, opts, state, timing)?)
+    } else {
+        None
+    };
+    Ok(VmReport {
+        kernel_release: checks::kernel_release(),
+        cpus: cpus(),
+        rate_mbit: opts.rate.bits_per_s() as f64 / 1e6,
+        delay_ms: opts.delay.as_secs_f64() * 1e3,
+        streams: opts.streams,
+        duration_s: opts.duration.as_secs_f64(),
+        cpu_unit: "percent of one CPU per Mbit/s of goodput (system+softirq+irq, guest-wide, \
+                   minus an unshaped iperf3-paced run at the same goodput)",
+        shaper,
+        cake,
+        aggregate,
+        wall_s: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Runs `state`, then the unshaped baseline paced to its goodput.
+fn measure(
+    tb: &Testbed,
+    opts: &VmOptions,
+    state: State,
+    timing: Timing,
+) -> Result<StateResult, LabError> {
+    let flows = vec![FlowSpec::tcp(Host::Client, opts.streams)];
+    let shaped = run_scenario(
+        tb,
+        &Scenario::new(state, flows, timing).with_ping(Host::Client),
+    )?;
+    let per_stream = (shaped.total_bps / f64::from(opts.streams.max(1))) as u64;
+    let per_stream = Rate::from_bits_per_s(per_stream).unwrap_or(Rate::MIN);
+    let paced = vec![FlowSpec::tcp(Host::Client, opts.streams).with_bitrate(per_stream)];
+    let baseline = run_scenario(
+        tb,
+        &Scenario::new(State::None, paced, timing).with_ping(Host::Client),
+    )?;
+    let result = state_result(&shaped, &baseline, opts.rate, cpus());
+    info!(
+        state = %shaped.state,
+        goodput_ratio = result.goodput_ratio,
+        cpu_per_mbit = ?result.softirq_cpu_per_mbit,
+        "measured"
+    );
+    Ok(result)
+}
+
+/// The figures of one state from its run and its baseline.
+fn state_result(shaped: &RunResult, baseline: &RunResult, rate: Rate, cpus: usize) -> StateResult {
+    let mbit = shaped.total_bps / 1e6;
+    let ping = shaped.ping();
+    let cpu = shaped.cpu.kernel();
+    let base = baseline.cpu.kernel();
+    StateResult {
+        goodput_ratio: shaped.ratio(rate),
+        goodput_mbit: mbit,
+        ping_p50_ms: ping.map(|p| p.p50),
+        ping_p99_ms: ping.map(|p| p.p99),
+        ping_samples: shaped.ping_ms.len(),
+        retransmits: shaped.retransmits,
+        softirq_cpu_per_mbit: (mbit > 0.0).then(|| (cpu - base) * cpus as f64 * 100.0 / mbit),
+        cpu_kernel_frac: cpu,
+        baseline_cpu_kernel_frac: base,
+        baseline_goodput_mbit: baseline.total_bps / 1e6,
+        counters: shaped.counters.as_ref().ok().cloned(),
+    }
+}
+
+/// CPUs this machine has.
+fn cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}

@@ -1,0 +1,111 @@
+//! `cargo xtask bench`: builds, then runs the shaper's own benchmark,
+//! `shaper bench`, where each part needs to run.
+//!
+//! Steps: the BPF object and the release binary; `shaper bench --json FILE`
+//! on this machine's kernel (BPF_PROG_TEST_RUN, the per-packet figures);
+//! then, unless `--no-vm`, `shaper bench --vm-part --json F2` in the 6.12 VM
+//! (CAKE, sch_fq and netem are missing here), and `shaper bench --merge-vm
+//! F2 --json FILE` to put the VM's figures under `vm`. F2 lives under
+//! `target/bench/`, which the guest sees read-write at the same path. A
+//! failed VM part leaves FILE with the host part and `vm: null`, and fails
+//! the command.
+//!
+//! All measuring, JSON and tables are `shaper bench`'s; this only
+//! orchestrates.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::{ebpf, toolchain, vm};
+
+/// Options of `cargo xtask bench`.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Write the merged results to FILE (default: target/bench/bench.json).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Only the host part (no VM).
+    #[arg(long)]
+    no_vm: bool,
+    /// Extra arguments for both `shaper bench` runs, e.g. `-- --rounds 3`.
+    #[arg(last = true)]
+    args: Vec<String>,
+}
+
+/// Runs the benchmark; returns the exit code.
+pub fn run(root: &Path, args: &BenchArgs) -> Result<i32> {
+    if !crate::is_root() {
+        bail!(
+            "the benchmark loads BPF programs and creates network namespaces, so it needs \
+             root: run `sudo -E cargo xtask bench`"
+        );
+    }
+    let out_dir = root.join("target/bench");
+    std::fs::create_dir_all(&out_dir)
+        .with_context(|| format!("cannot create {}", out_dir.display()))?;
+    let json = match &args.json {
+        Some(p) => {
+            std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()))?
+        }
+        None => out_dir.join("bench.json"),
+    };
+
+    let tc = toolchain::setup(&[])?;
+    let object = ebpf::build_ebpf(root, &tc)?;
+    let bin = ebpf::build_host(root, &object, true)?;
+
+    let t = Instant::now();
+    let status = Command::new(&bin)
+        .arg("bench")
+        .arg("--json")
+        .arg(&json)
+        .args(&args.args)
+        .status()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    ensure!(status.success(), "the host part failed ({status})");
+    eprintln!(
+        "xtask bench: host part in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    if args.no_vm {
+        eprintln!("xtask bench: wrote {}", json.display());
+        return Ok(0);
+    }
+
+    let t = Instant::now();
+    let vm_json = out_dir.join(format!("vm-{}.json", std::process::id()));
+    let mut cmd: Vec<String> = vec![
+        bin.display().to_string(),
+        "bench".into(),
+        "--vm-part".into(),
+        "--json".into(),
+        vm_json.display().to_string(),
+    ];
+    cmd.extend(args.args.iter().cloned());
+    let code = vm::run(root, vm::Kernel::V6_12, &cmd)?;
+    eprintln!("xtask bench: VM part in {:.1} s", t.elapsed().as_secs_f64());
+    if code != 0 {
+        eprintln!(
+            "xtask bench: the VM part failed (exit {code}); {} holds the host part only",
+            json.display()
+        );
+        return Ok(code);
+    }
+    let status = Command::new(&bin)
+        .args(["bench", "--merge-vm"])
+        .arg(&vm_json)
+        .arg("--json")
+        .arg(&json)
+        .status()
+        .with_context(|| format!("cannot start {}", bin.display()))?;
+    ensure!(status.success(), "merging the VM part failed ({status})");
+    // Best effort: the merged file has it all.
+    let _ = std::fs::remove_file(&vm_json);
+    eprintln!("xtask bench: wrote {}", json.display());
+    Ok(0)
+}
