@@ -257,6 +257,9 @@ pub struct HostReport {
     pub paths: BTreeMap<&'static str, PathResult>,
     /// Wall time of the host part, s.
     pub wall_s: f64,
+    /// /proc/loadavg's 1-minute figure when the part started: other work
+    /// on the machine inflates every figure, the passthrough's too.
+    pub load_average_1m: Option<f64>,
 }
 
 /// Counters that say what happened to a packet.
@@ -545,6 +548,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         )));
     }
     Capabilities::current()?.check()?;
+    let load_average_1m = load_average();
     let started = Instant::now();
     let mut b = Bench::load(opts.sets)?;
     let len = opts.frame_len;
@@ -685,6 +689,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
             paths
         },
         wall_s: 0.0,
+        load_average_1m,
     };
     Ok(HostReport {
         wall_s: started.elapsed().as_secs_f64(),
@@ -770,6 +775,16 @@ fn flow_mix(
         },
     };
     Ok(result(&spec, m, passthrough_ns))
+}
+
+/// The 1-minute load average, if readable.
+fn load_average() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// The CPU model name, or "unknown".

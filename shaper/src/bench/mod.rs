@@ -172,11 +172,12 @@ fn frac(v: &Value, key: &str) -> String {
 /// The host part as a table.
 fn host_table(doc: &Value) -> String {
     let mut s = format!(
-        "shaper bench (BPF_PROG_TEST_RUN), kernel {}, {}\n",
+        "shaper bench (BPF_PROG_TEST_RUN), kernel {}, {}, load average {}\n",
         doc.get("kernel_release")
             .and_then(Value::as_str)
             .unwrap_or("?"),
-        doc.get("cpu_model").and_then(Value::as_str).unwrap_or("?")
+        doc.get("cpu_model").and_then(Value::as_str).unwrap_or("?"),
+        num(doc, "load_average_1m"),
     );
     s.push_str(&format!(
         "  classifier (10k-flow mix, paced) {:>7} ns/pkt   passthrough {:>6} ns/pkt   \
@@ -239,6 +240,15 @@ fn vm_table(vm: &Value) -> String {
             num(st, "ping_p99_ms"),
             cpu
         ));
+    }
+    for w in vm
+        .get("warnings")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+    {
+        s.push_str(&format!("  warning: {w}\n"));
     }
     s
 }
