@@ -17,8 +17,9 @@
 //!   Zhang, SIGCOMM 1998): the rate alpha with sum(min(r_i, alpha)) = C.
 //!   CSFQ corrects alpha each window by the ratio of capacity to accepted
 //!   traffic; here the accepted traffic of an epoch is the transmission time
-//!   (at the aggregate rate) of every packet *scheduled to depart* in it,
-//!   so the ratio needs no division: `m' = m * scheduled_ns >> EPOCH_SHIFT`.
+//!   (at the aggregate rate) of every packet *kept* during it (counting it
+//!   in its departure epoch instead feeds back up to the horizon late, and
+//!   the loop oscillates), so the ratio needs no division: `m' = m * scheduled_ns >> EPOCH_SHIFT`.
 //!   The scheduled time is first averaged over epochs (weight 1/4), and the
 //!   step is half a step in the log domain (`m' = m * exp((ratio - 1) / 2)`)
 //!   with the ratio clamped to [1/2, 2], against oscillation (packets

@@ -153,8 +153,13 @@ fn fair(
     } else {
         now_ns
     };
-    if let Some(depart) = verdict.departure_ns(depart_now) {
-        let slot = departure_slot(epoch, depart) % EPOCH_RING;
+    // The accepted traffic of this epoch (CSFQ's measurement), counted in
+    // the epoch of the decision: counting it where it departs (up to the
+    // horizon ahead) fed back up to 16 epochs late and made the loop
+    // oscillate (the simulator's unresponsive-flow case, and TCP with GSO in
+    // the VM).
+    if verdict.departure_ns(depart_now).is_some() {
+        let slot = departure_slot(epoch, now_ns) % EPOCH_RING;
         // SAFETY: as above; the slot is only ever updated atomically.
         unsafe { atomic::add(&raw mut (*state).scheduled_ns[slot], tx_ns) };
     }
