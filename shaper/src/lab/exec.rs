@@ -8,6 +8,7 @@
 
 use std::{
     fs::File,
+    io::Write as _,
     path::PathBuf,
     process::{Child, Command, ExitStatus, Stdio},
     sync::atomic::{AtomicU32, Ordering},
@@ -32,15 +33,39 @@ pub(crate) fn describe(cmd: &Command) -> String {
 /// Runs `cmd` to completion; its stdout on success, else
 /// [`LabError::CommandFailed`] with both streams.
 pub(crate) fn run(cmd: &mut Command) -> Result<String, LabError> {
-    let command = describe(cmd);
+    run_with_input(cmd, None)
+}
+
+/// Runs `cmd` with `input` (if any) on its stdin, e.g. `ip -batch -`
+/// commands: one process instead of one per command, which matters where
+/// every exec is slow (the VM reads binaries over 9p under emulation).
+pub(crate) fn run_with_input(cmd: &mut Command, input: Option<&str>) -> Result<String, LabError> {
+    let command = match input {
+        Some(i) => format!("{} <<< {:?}", describe(cmd), i),
+        None => describe(cmd),
+    };
     debug!(%command, "run");
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|source| LabError::Spawn {
-            command: command.clone(),
-            source,
-        })?;
+    let spawn_err = |source| LabError::Spawn {
+        command: command.clone(),
+        source,
+    };
+    let out = match input {
+        None => cmd.stdin(Stdio::null()).output().map_err(spawn_err)?,
+        Some(text) => {
+            let mut child = cmd
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .map_err(spawn_err)?;
+            // A small script fits the pipe, so writing before reading cannot
+            // deadlock; dropping the handle closes stdin.
+            if let Some(mut stdin) = child.stdin.take() {
+                stdin.write_all(text.as_bytes()).map_err(spawn_err)?;
+            }
+            child.wait_with_output().map_err(spawn_err)?
+        }
+    };
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     if out.status.success() {
         return Ok(stdout);
@@ -93,6 +118,12 @@ impl Daemon {
             command,
             log,
         })
+    }
+
+    /// The child's pid, while it runs. (nsenter execs the program in place,
+    /// so this is the program's own pid.)
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     /// The command line.

@@ -88,21 +88,17 @@ impl State {
         match self {
             State::None => {}
             State::Cake { rate } => {
-                tb.run(
-                    Host::Router,
-                    "tc",
-                    &[
-                        "qdisc",
-                        "replace",
-                        "dev",
-                        dev,
-                        "root",
-                        "cake",
-                        "bandwidth",
-                        &tc_rate(*rate),
-                        "besteffort",
-                    ],
-                )?;
+                tb.ns(Host::Router).tc(&[
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    dev,
+                    "root",
+                    "cake",
+                    "bandwidth",
+                    &tc_rate(*rate),
+                    "besteffort",
+                ])?;
             }
             State::Shaper {
                 bin,
@@ -157,6 +153,9 @@ pub struct QdiscStats {
     pub drops: u64,
     /// ECN CE marks, summed over tins (CAKE only).
     pub ecn_marks: Option<u64>,
+    /// The largest packet seen at enqueue, network layer, bytes (CAKE only):
+    /// above the MTU means GSO super-packets reached the qdisc.
+    pub max_packet: Option<u64>,
 }
 
 impl QdiscStats {
@@ -191,6 +190,7 @@ impl QdiscStats {
             packets: num("packets"),
             drops: num("drops"),
             ecn_marks,
+            max_packet: root.get("max_network_size").and_then(Value::as_u64),
         })
     }
 }
@@ -222,20 +222,16 @@ impl AppliedState<'_> {
                 });
             }
             State::Cake { rate } => {
-                self.tb.run(
-                    Host::Router,
-                    "tc",
-                    &[
-                        "qdisc",
-                        "change",
-                        "dev",
-                        dev,
-                        "root",
-                        "cake",
-                        "bandwidth",
-                        &tc_rate(new),
-                    ],
-                )?;
+                self.tb.ns(Host::Router).tc(&[
+                    "qdisc",
+                    "change",
+                    "dev",
+                    dev,
+                    "root",
+                    "cake",
+                    "bandwidth",
+                    &tc_rate(new),
+                ])?;
                 *rate = new;
             }
             State::Shaper { bin, rate, .. } => {
@@ -274,11 +270,14 @@ impl AppliedState<'_> {
 
     /// The WAN device's root qdisc statistics.
     pub fn qdisc_stats(&self) -> Result<QdiscStats, LabError> {
-        let out = self.tb.run(
-            Host::Router,
-            "tc",
-            &["-s", "-j", "qdisc", "show", "dev", self.tb.wan_dev()],
-        )?;
+        let out = self.tb.ns(Host::Router).tc(&[
+            "-s",
+            "-j",
+            "qdisc",
+            "show",
+            "dev",
+            self.tb.wan_dev(),
+        ])?;
         QdiscStats::parse(&out)
     }
 
@@ -294,14 +293,11 @@ impl AppliedState<'_> {
         self.stopped = true;
         match &self.state {
             State::None => Ok(()),
-            State::Cake { .. } => self
-                .tb
-                .run(
-                    Host::Router,
-                    "tc",
-                    &["qdisc", "del", "dev", self.tb.wan_dev(), "root"],
-                )
-                .map(drop),
+            State::Cake { .. } => {
+                let dev = self.tb.wan_dev();
+                let router = self.tb.ns(Host::Router);
+                router.tc(&["qdisc", "del", "dev", dev, "root"]).map(drop)
+            }
             State::Shaper { .. } => {
                 let Some(mut d) = self.shaper.take() else {
                     return Ok(());
@@ -371,7 +367,8 @@ mod tests {
     #[test]
     fn cake_stats_sum_tins() {
         let json = r#"[{"kind":"cake","handle":"8001:","root":true,"bytes":1000,
-            "packets":10,"drops":2,"tins":[{"ecn_mark":4},{"ecn_mark":1}]},
+            "packets":10,"drops":2,"max_network_size":1514,
+            "tins":[{"ecn_mark":4},{"ecn_mark":1}]},
             {"kind":"fq","root":false,"bytes":1}]"#;
         let s = QdiscStats::parse(json).expect("parses");
         assert_eq!(
@@ -382,6 +379,7 @@ mod tests {
                 packets: 10,
                 drops: 2,
                 ecn_marks: Some(5),
+                max_packet: Some(1514),
             }
         );
         let s = QdiscStats::parse(r#"[{"kind":"noqueue","root":true}]"#).expect("parses");

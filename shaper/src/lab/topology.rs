@@ -26,6 +26,7 @@
 
 use std::{
     net::Ipv4Addr,
+    path::Path,
     process::Command,
     sync::atomic::{AtomicU32, Ordering},
     time::Duration,
@@ -80,19 +81,37 @@ impl Host {
 /// The router's WAN-side device, where the state under test goes.
 pub const WAN_DEV: &str = "wan0";
 
-/// A named network namespace, deleted on drop.
+/// The veths: (far host, its device, the router's device). Link `i` is the
+/// /24 `10.71.{i+1}.0`, the router `.1`, the far host `.2`.
+const LINKS: [(Host, &str, &str); 3] = [
+    (Host::Client, "cl0", "lan1"),
+    (Host::Client2, "cl0", "lan2"),
+    (Host::Server, "sv0", WAN_DEV),
+];
+
+/// A named network namespace, deleted on drop (unless a [`Testbed`] deleted
+/// it already, with its siblings, in one batch).
 #[derive(Debug)]
 pub struct Netns {
     name: String,
+    deleted: bool,
 }
 
 impl Netns {
     /// Creates the namespace `name` with `lo` up.
     pub fn create(name: String) -> Result<Self, LabError> {
         exec::run(Command::new("ip").args(["netns", "add", &name]))?;
-        let ns = Self { name };
-        ns.run("ip", &["link", "set", "dev", "lo", "up"])?;
+        let ns = Self::adopt(name);
+        ns.ip(&["link", "set", "dev", "lo", "up"])?;
         Ok(ns)
+    }
+
+    /// Takes ownership of the existing namespace `name`.
+    fn adopt(name: String) -> Self {
+        Self {
+            name,
+            deleted: false,
+        }
     }
 
     /// Its name under /run/netns.
@@ -114,15 +133,45 @@ impl Netns {
         exec::run(self.command(program).args(args))
     }
 
-    /// Sets a sysctl inside, e.g. `("net.ipv4.ip_forward", "1")`.
-    pub fn sysctl(&self, key: &str, value: &str) -> Result<(), LabError> {
-        self.run("sysctl", &["-qw", &format!("{key}={value}")])
-            .map(drop)
+    /// Runs `ip -n NAME args`: one exec instead of nsenter's two.
+    pub fn ip(&self, args: &[&str]) -> Result<String, LabError> {
+        exec::run(Command::new("ip").args(["-n", &self.name]).args(args))
+    }
+
+    /// Runs `tc -n NAME args`.
+    pub fn tc(&self, args: &[&str]) -> Result<String, LabError> {
+        exec::run(Command::new("tc").args(["-n", &self.name]).args(args))
+    }
+
+    /// Runs `ip -n NAME -batch -` on `lines` (one `ip` command each, without
+    /// the leading `ip`); stops at the first failure.
+    pub fn ip_batch(&self, lines: &[String]) -> Result<(), LabError> {
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let script = lines.join("\n") + "\n";
+        exec::run_with_input(
+            Command::new("ip").args(["-n", &self.name, "-batch", "-"]),
+            Some(&script),
+        )
+        .map(drop)
+    }
+
+    /// Sets sysctls inside, e.g. `[("net.ipv4.ip_forward", "1")]`, in one
+    /// `sysctl -w` call.
+    pub fn sysctls(&self, settings: &[(&str, &str)]) -> Result<(), LabError> {
+        let args: Vec<String> = settings.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut cmd = self.command("sysctl");
+        cmd.arg("-qw").args(&args);
+        exec::run(&mut cmd).map(drop)
     }
 }
 
 impl Drop for Netns {
     fn drop(&mut self) {
+        if self.deleted {
+            return;
+        }
         if let Err(e) = exec::run(Command::new("ip").args(["netns", "del", &self.name])) {
             warn!("deleting namespace {}: {e}", self.name);
         }
@@ -173,11 +222,37 @@ impl Testbed {
     pub fn new(options: TestbedOptions) -> Result<Self, LabError> {
         let n = TESTBEDS.fetch_add(1, Ordering::Relaxed);
         let prefix = format!("shl-{}-{n}", std::process::id());
-        let mut ns = Vec::with_capacity(Host::ALL.len());
-        for host in Host::ALL {
-            ns.push(Netns::create(format!("{prefix}-{}", host.name()))?);
+        let names: Vec<String> = Host::ALL
+            .iter()
+            .map(|h| format!("{prefix}-{}", h.name()))
+            .collect();
+        // One `ip -batch` for the namespaces and the veths between them.
+        let mut script: Vec<String> = names.iter().map(|n| format!("netns add {n}")).collect();
+        for (host, dev, rdev) in LINKS {
+            script.push(format!(
+                "link add name {dev} netns {} type veth peer name {rdev} netns {}",
+                names[host.index()],
+                names[Host::Router.index()]
+            ));
         }
+        let created = exec::run_with_input(
+            Command::new("ip").args(["-batch", "-"]),
+            Some(&(script.join("\n") + "\n")),
+        );
+        // Own every namespace that exists, whether or not the batch got
+        // through, so that drop removes them.
+        let ns: Vec<Netns> = names
+            .into_iter()
+            .filter(|n| Path::new("/run/netns").join(n).exists())
+            .map(Netns::adopt)
+            .collect();
         let tb = Self { ns, options };
+        created?;
+        if tb.ns.len() != Host::ALL.len() {
+            return Err(LabError::Invalid {
+                detail: format!("`ip netns add` did not create every {prefix}-* namespace"),
+            });
+        }
         tb.wire()?;
         info!(
             %prefix,
@@ -190,50 +265,40 @@ impl Testbed {
         Ok(tb)
     }
 
-    /// Veths, addresses, routes, forwarding, delays, offloads and ECN.
+    /// Addresses, routes, forwarding, delays, offloads and ECN: one `ip
+    /// -batch` and one `sysctl` per namespace, and one `tc` per delay.
     fn wire(&self) -> Result<(), LabError> {
-        // (near host, near dev, near addr, router dev, router addr, /24)
-        let links = [
-            (Host::Client, "cl0", "lan1", 1u8),
-            (Host::Client2, "cl0", "lan2", 2),
-            (Host::Server, "sv0", WAN_DEV, 3),
-        ];
-        let router = self.ns(Host::Router);
-        for (host, dev, rdev, net) in links {
-            let peer = self.ns(host);
-            exec::run(Command::new("ip").args([
-                "link",
-                "add",
-                "name",
-                dev,
-                "netns",
-                peer.name(),
-                "type",
-                "veth",
-                "peer",
-                "name",
-                rdev,
-                "netns",
-                router.name(),
-            ]))?;
-            let host_addr = if host == Host::Server {
-                "10.71.3.2/24".to_owned()
+        let mut router = vec!["link set dev lo up".to_owned()];
+        let router_v6: Vec<String> = LINKS
+            .iter()
+            .map(|(_, _, rdev)| format!("net.ipv6.conf.{rdev}.disable_ipv6"))
+            .collect();
+        let mut router_sysctls = vec![("net.ipv4.ip_forward", "1")];
+        router_sysctls.extend(router_v6.iter().map(|k| (k.as_str(), "1")));
+        for (i, (host, dev, rdev)) in LINKS.into_iter().enumerate() {
+            let net = i + 1;
+            let gso = if host == Host::Server || self.options.gso {
+                ""
             } else {
-                format!("10.71.{net}.2/24")
+                // Segmentation offload off: the stack sends MTU-sized skbs.
+                " gso_max_segs 1"
             };
-            let router_addr = format!("10.71.{net}.1/24");
-            for (ns, d, a) in [
-                (peer, dev, host_addr.as_str()),
-                (router, rdev, router_addr.as_str()),
-            ] {
-                ns.sysctl(&format!("net.ipv6.conf.{d}.disable_ipv6"), "1")?;
-                ns.run("ip", &["addr", "add", a, "dev", d])?;
-                ns.run("ip", &["link", "set", "dev", d, "up"])?;
-            }
-            let gw = format!("10.71.{net}.1");
-            peer.run("ip", &["route", "add", "default", "via", &gw])?;
+            self.ns(host).ip_batch(&[
+                "link set dev lo up".to_owned(),
+                format!("addr add 10.71.{net}.2/24 dev {dev}"),
+                format!("link set dev {dev} up{gso}"),
+                format!("route add default via 10.71.{net}.1"),
+            ])?;
+            let v6 = format!("net.ipv6.conf.{dev}.disable_ipv6");
+            let ecn = if self.options.ecn { "1" } else { "2" };
+            self.ns(host)
+                .sysctls(&[(v6.as_str(), "1"), ("net.ipv4.tcp_ecn", ecn)])?;
+            router.push(format!("addr add 10.71.{net}.1/24 dev {rdev}"));
+            router.push(format!("link set dev {rdev} up"));
         }
-        router.sysctl("net.ipv4.ip_forward", "1")?;
+        let r = self.ns(Host::Router);
+        r.ip_batch(&router)?;
+        r.sysctls(&router_sysctls)?;
         for (dev, delay) in [
             ("lan1", self.options.client_delay),
             ("lan2", self.options.client2_delay),
@@ -242,22 +307,12 @@ impl Testbed {
                 // A big limit: netem's default of 1000 packets would drop
                 // ACKs of a fast flow and become the bottleneck itself.
                 let us = format!("{}us", delay.as_micros());
-                router.run(
-                    "tc",
-                    &[
-                        "qdisc", "replace", "dev", dev, "root", "netem", "delay", &us, "limit",
-                        "100000",
-                    ],
-                )?;
+                r.tc(&[
+                    "qdisc", "replace", "dev", dev, "root", "netem", "delay", &us, "limit",
+                    "100000",
+                ])?;
             }
         }
-        if !self.options.gso {
-            for host in [Host::Client, Host::Client2] {
-                self.ns(host)
-                    .run("ip", &["link", "set", "dev", "cl0", "gso_max_segs", "1"])?;
-            }
-        }
-        self.set_ecn(self.options.ecn)?;
         Ok(())
     }
 
@@ -266,7 +321,7 @@ impl Testbed {
     pub fn set_ecn(&self, on: bool) -> Result<(), LabError> {
         for host in [Host::Client, Host::Client2, Host::Server] {
             self.ns(host)
-                .sysctl("net.ipv4.tcp_ecn", if on { "1" } else { "2" })?;
+                .sysctls(&[("net.ipv4.tcp_ecn", if on { "1" } else { "2" })])?;
         }
         Ok(())
     }
@@ -294,5 +349,21 @@ impl Testbed {
     /// The router's WAN-side device, where the state under test goes.
     pub fn wan_dev(&self) -> &'static str {
         WAN_DEV
+    }
+}
+
+impl Drop for Testbed {
+    /// Deletes every namespace in one `ip -batch` (each on its own if that
+    /// fails), taking the veths and qdiscs with them.
+    fn drop(&mut self) {
+        let script: String = self
+            .ns
+            .iter()
+            .map(|n| format!("netns del {}\n", n.name()))
+            .collect();
+        match exec::run_with_input(Command::new("ip").args(["-batch", "-"]), Some(&script)) {
+            Ok(_) => self.ns.iter_mut().for_each(|n| n.deleted = true),
+            Err(e) => warn!("deleting the testbed's namespaces in one batch: {e}"),
+        }
     }
 }

@@ -154,10 +154,14 @@ impl IperfServer {
             &addr.to_string(),
         ]);
         let mut daemon = Daemon::spawn(&mut cmd, "iperf3-server")?;
-        let ns = tb.ns(host);
-        let filter = format!("sport = :{port}");
+        // /proc/PID/net/tcp lists the sockets of PID's network namespace:
+        // no process to spawn per poll.
+        let pid = daemon.pid().unwrap_or(0);
         daemon.wait_until("listen", Duration::from_secs(20), |_| {
-            Ok(!ns.run("ss", &["-Hltn", &filter])?.trim().is_empty())
+            Ok(["tcp", "tcp6"].iter().any(|t| {
+                std::fs::read_to_string(format!("/proc/{pid}/net/{t}"))
+                    .is_ok_and(|t| tcp_listens(&t, port))
+            }))
         })?;
         Ok(Self { daemon, port, addr })
     }
@@ -176,6 +180,20 @@ impl IperfServer {
     pub fn is_running(&mut self) -> bool {
         self.daemon.exited().is_none()
     }
+}
+
+/// True if a /proc/net/tcp table has a socket listening on `port`.
+fn tcp_listens(table: &str, port: u16) -> bool {
+    let local = format!(":{port:04X}");
+    table.lines().skip(1).any(|l| {
+        let mut f = l.split_whitespace();
+        // sl local_address rem_address st ...; st 0A is TCP_LISTEN.
+        let (Some(_), Some(addr), Some(_), Some(st)) = (f.next(), f.next(), f.next(), f.next())
+        else {
+            return false;
+        };
+        addr.ends_with(&local) && st == "0A"
+    })
 }
 
 /// A running iperf3 client.

@@ -72,3 +72,15 @@ fn flow_labels() {
         "client 1×udp @100Mbit"
     );
 }
+
+#[test]
+fn listening_sockets_in_proc_net_tcp() {
+    let table = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode
+   0: 02034B0A:1451 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1 0000000000000000 100 0 0 10 0
+   1: 02034B0A:1452 02014B0A:9C40 01 00000000:00000000 00:00000000 00000000     0        0 2 1 0000000000000000 20 4 30 10 -1
+";
+    assert!(tcp_listens(table, 5201));
+    assert!(!tcp_listens(table, 5202), "established, not listening");
+    assert!(!tcp_listens(table, 5203));
+    assert!(!tcp_listens("", 5201));
+}

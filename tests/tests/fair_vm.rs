@@ -1,0 +1,402 @@
+//! The fair pacer against CAKE on a client → router → server testbed
+//! (`shaper::lab`), on a kernel with sch_fq, sch_cake and sch_netem (the
+//! VM's; elsewhere each test skips with a reason, and under
+//! `SHAPER_REQUIRE_FULL_KERNEL=1` a skip is a failure).
+//!
+//! Every comparison runs CAKE at the same rate, on the same testbed and
+//! traffic, in the same test, and asserts the shaper against it with a
+//! tolerance: absolute figures under emulation mean little. Both states'
+//! figures are printed (run with `--nocapture` to see them).
+//!
+//! Environment:
+//! - `SHAPER_BIN`: the shaper binary (default: the workspace's debug build).
+//! - `SHAPER_PACER_ARGS`: extra `shaper run` arguments, whitespace-split
+//!   (e.g. `--pacer aggregate`, which these tests should fail).
+//! - `SHAPER_VM_TEST_SECS`: measured seconds of the short runs (default 8,
+//!   after 2 s omitted: 10 s runs); the fairness runs measure twice that
+//!   after 5 s. The defaults keep the file near 6 minutes in the VM.
+//!
+//! The base path RTT is 20 ms (netem on the router's return path), except
+//! where a test sets its own.
+
+use std::time::{Duration, Instant};
+
+use shaper::{
+    lab::{
+        FlowSpec, Host, RunResult, Scenario, State, Testbed, TestbedOptions, Timing, run_scenario,
+    },
+    rate::Rate,
+};
+use shaper_tests::topo::{is_root, kernel_has_fq, shaper_bin, skip_unless};
+
+fn skip() -> bool {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return true;
+    }
+    let has = |kind: &str| shaper::tc::probe_qdisc_kind(kind).unwrap_or(false);
+    skip_unless(kernel_has_fq(), "sch_fq")
+        || skip_unless(has("cake"), "sch_cake")
+        || skip_unless(has("netem"), "sch_netem")
+}
+
+fn rate(s: &str) -> Rate {
+    s.parse().expect("a valid rate")
+}
+
+/// Measured seconds of a short run (`SHAPER_VM_TEST_SECS`, default 8).
+fn secs() -> u64 {
+    std::env::var("SHAPER_VM_TEST_SECS")
+        .ok()
+        .map(|v| {
+            v.trim()
+                .parse()
+                .expect("SHAPER_VM_TEST_SECS must be whole seconds")
+        })
+        .unwrap_or(8)
+}
+
+/// A short run: `secs()` measured after 2 s.
+fn short() -> Timing {
+    Timing::new(Duration::from_secs(secs()), Duration::from_secs(2))
+}
+
+/// A fairness run: long enough for unequal flows to converge.
+fn long() -> Timing {
+    Timing::new(Duration::from_secs(2 * secs()), Duration::from_secs(5))
+}
+
+fn pacer_args() -> Vec<String> {
+    std::env::var("SHAPER_PACER_ARGS")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn shaper(rate: Rate) -> State {
+    State::Shaper {
+        bin: shaper_bin(),
+        rate,
+        extra_args: pacer_args(),
+    }
+}
+
+fn testbed(options: TestbedOptions) -> Testbed {
+    let t = Instant::now();
+    let tb = Testbed::new(options).expect("build the testbed");
+    eprintln!("(testbed built in {:.1} s)", t.elapsed().as_secs_f64());
+    tb
+}
+
+fn run(tb: &Testbed, scenario: Scenario) -> RunResult {
+    let name = scenario.state.name();
+    let t = Instant::now();
+    let r = run_scenario(tb, &scenario).unwrap_or_else(|e| panic!("{name}: {e}"));
+    eprintln!("  {} ({:.1} s)", r.summary(), t.elapsed().as_secs_f64());
+    r
+}
+
+/// The same traffic under CAKE, then under the shaper, at `rate`.
+fn cake_then_shaper(
+    tb: &Testbed,
+    rate: Rate,
+    flows: &[FlowSpec],
+    timing: Timing,
+    ping: Option<Host>,
+) -> (RunResult, RunResult) {
+    let scenario = |state| {
+        let s = Scenario::new(state, flows.to_vec(), timing);
+        match ping {
+            Some(h) => s.with_ping(h),
+            None => s,
+        }
+    };
+    let cake = run(tb, scenario(State::Cake { rate }));
+    let ours = run(tb, scenario(shaper(rate)));
+    (cake, ours)
+}
+
+fn gso_name(gso: bool) -> &'static str {
+    if gso { "on" } else { "off" }
+}
+
+/// Test 1: 4 TCP flows at 20, 50 and 200 mbit. The shaper's goodput as a
+/// fraction of the rate is at least CAKE's − 0.02, and never above the rate.
+fn goodput(gso: bool) {
+    let tb = testbed(TestbedOptions {
+        gso,
+        ..TestbedOptions::default()
+    });
+    let flows = [FlowSpec::tcp(Host::Client, 4)];
+    let mut failures = Vec::new();
+    for r in ["20mbit", "50mbit", "200mbit"] {
+        let r = rate(r);
+        eprintln!("goodput at {r}, 4 flows, GSO {}:", gso_name(gso));
+        let (cake, ours) = cake_then_shaper(&tb, r, &flows, short(), None);
+        let (c, s) = (cake.ratio(r), ours.ratio(r));
+        eprintln!("  ratio: cake {c:.3}, shaper {s:.3}");
+        // The testbed's own check: GSO off means MTU-sized packets at the
+        // router (CAKE records the largest it saw).
+        let max = cake.qdisc.as_ref().ok().and_then(|q| q.max_packet);
+        eprintln!("  largest packet at the router (cake): {max:?} bytes");
+        if !gso {
+            assert!(max.is_some_and(|m| m <= 1514), "GSO was not off: {max:?}");
+        }
+        if s < c - 0.02 || s > 1.0 {
+            failures.push(format!(
+                "{r}: shaper ratio {s:.3} vs cake {c:.3} (needs ≥ cake − 0.02, ≤ 1)"
+            ));
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn goodput_with_gso_matches_cake() {
+    if skip() {
+        return;
+    }
+    goodput(true);
+}
+
+#[test]
+fn goodput_without_gso_matches_cake() {
+    if skip() {
+        return;
+    }
+    goodput(false);
+}
+
+/// Test 2: ping from the sending client under 4 bulk flows at 50 mbit. The
+/// shaper's p50 and p90 are within 2 ms of CAKE's, its p99 within 1.5×.
+fn loaded_ping(gso: bool) {
+    let tb = testbed(TestbedOptions {
+        gso,
+        ..TestbedOptions::default()
+    });
+    let r = rate("50mbit");
+    eprintln!("ping under 4 flows at {r}, GSO {}:", gso_name(gso));
+    let (cake, ours) = cake_then_shaper(
+        &tb,
+        r,
+        &[FlowSpec::tcp(Host::Client, 4)],
+        short(),
+        Some(Host::Client),
+    );
+    let c = cake.ping().expect("ping samples under cake");
+    let s = ours.ping().expect("ping samples under the shaper");
+    eprintln!(
+        "  p50/p90/p99 ms: cake {:.1}/{:.1}/{:.1}, shaper {:.1}/{:.1}/{:.1}",
+        c.p50, c.p90, c.p99, s.p50, s.p90, s.p99
+    );
+    assert!(
+        s.p50 <= c.p50 + 2.0 && s.p90 <= c.p90 + 2.0 && s.p99 <= 1.5 * c.p99,
+        "shaper p50/p90/p99 {:.1}/{:.1}/{:.1} ms vs cake {:.1}/{:.1}/{:.1} ms \
+         (needs p50, p90 ≤ cake + 2 ms, p99 ≤ 1.5 × cake)",
+        s.p50,
+        s.p90,
+        s.p99,
+        c.p50,
+        c.p90,
+        c.p99
+    );
+}
+
+#[test]
+fn loaded_ping_with_gso_matches_cake() {
+    if skip() {
+        return;
+    }
+    loaded_ping(true);
+}
+
+#[test]
+fn loaded_ping_without_gso_matches_cake() {
+    if skip() {
+        return;
+    }
+    loaded_ping(false);
+}
+
+/// Test 3: two unequal flows at 50 mbit share the rate: Jain's index over
+/// the two clients is at least 0.9 and at least CAKE's − 0.05.
+fn fairness(what: &str, options: TestbedOptions, flows: &[FlowSpec]) {
+    let tb = testbed(options);
+    let r = rate("50mbit");
+    eprintln!("fairness by {what} at {r}:");
+    let (cake, ours) = cake_then_shaper(&tb, r, flows, long(), None);
+    let c = cake.jain().expect("cake goodput");
+    let s = ours.jain().expect("shaper goodput");
+    eprintln!("  Jain: cake {c:.3}, shaper {s:.3}");
+    assert!(
+        s >= 0.9 && s >= c - 0.05,
+        "shaper Jain {s:.3} vs cake {c:.3} (needs ≥ 0.9 and ≥ cake − 0.05): {}",
+        ours.summary()
+    );
+}
+
+#[test]
+fn flows_with_10_and_80_ms_rtt_share_fairly() {
+    if skip() {
+        return;
+    }
+    fairness(
+        "RTT (10 vs 80 ms)",
+        TestbedOptions {
+            client_delay: Duration::from_millis(10),
+            client2_delay: Duration::from_millis(80),
+            ..TestbedOptions::default()
+        },
+        &[
+            FlowSpec::tcp(Host::Client, 1),
+            FlowSpec::tcp(Host::Client2, 1),
+        ],
+    );
+}
+
+#[test]
+fn cubic_and_bbr_share_fairly() {
+    if skip() {
+        return;
+    }
+    fairness(
+        "congestion control (cubic vs bbr)",
+        TestbedOptions::default(),
+        &[
+            FlowSpec::tcp(Host::Client, 1).with_cc("cubic"),
+            FlowSpec::tcp(Host::Client2, 1).with_cc("bbr"),
+        ],
+    );
+}
+
+/// Test 4: an unresponsive UDP flood at twice the rate from client2 does not
+/// starve one TCP flow from the client: TCP keeps at least 40% of the rate.
+#[test]
+fn tcp_keeps_40_percent_beside_a_udp_flood() {
+    if skip() {
+        return;
+    }
+    let tb = testbed(TestbedOptions::default());
+    let r = rate("50mbit");
+    let flood = Rate::from_bits_per_s(2 * r.bits_per_s()).expect("in range");
+    eprintln!("1 TCP flow beside UDP at {flood}, rate {r}:");
+    let (cake, ours) = cake_then_shaper(
+        &tb,
+        r,
+        &[
+            FlowSpec::tcp(Host::Client, 1),
+            FlowSpec::udp(Host::Client2, flood),
+        ],
+        short(),
+        None,
+    );
+    let share = |x: &RunResult| x.flows[0].report.receiver_bps / r.bits_per_s() as f64;
+    let (c, s) = (share(&cake), share(&ours));
+    eprintln!("  TCP share of the rate: cake {c:.3}, shaper {s:.3}");
+    assert!(
+        s >= 0.4,
+        "TCP got {s:.3} of the rate beside the flood (cake: {c:.3}); needs ≥ 0.4"
+    );
+}
+
+/// Test 5: with ECN negotiated, the shaper's AQM marks instead of dropping:
+/// `ce_marked` > 0 and `aqm_drop` ≤ `ce_marked` / 10. CAKE's marks show the
+/// testbed really negotiated ECN.
+#[test]
+fn ecn_flows_are_marked_not_dropped() {
+    if skip() {
+        return;
+    }
+    let tb = testbed(TestbedOptions {
+        ecn: true,
+        ..TestbedOptions::default()
+    });
+    let r = rate("50mbit");
+    eprintln!("ECN, 4 flows at {r}:");
+    let (cake, ours) = cake_then_shaper(&tb, r, &[FlowSpec::tcp(Host::Client, 4)], short(), None);
+    let q = cake.qdisc.as_ref().expect("cake statistics");
+    eprintln!(
+        "  cake: ecn_mark {:?}, drops {}, retrans {}",
+        q.ecn_marks, q.drops, cake.retransmits
+    );
+    let counters = ours.counters.as_ref().expect("the shaper's counters");
+    eprintln!(
+        "  shaper: retrans {}, counters {counters:?}",
+        ours.retransmits
+    );
+    assert!(
+        q.ecn_marks.unwrap_or(0) > 0,
+        "cake marked nothing: ECN was not negotiated on the testbed"
+    );
+    let marked = counters
+        .get("ce_marked")
+        .copied()
+        .expect("ce_marked counter");
+    let dropped = counters.get("aqm_drop").copied().expect("aqm_drop counter");
+    assert!(marked > 0, "the shaper marked no packet CE: {counters:?}");
+    assert!(
+        dropped <= marked / 10,
+        "aqm_drop {dropped} is more than a tenth of ce_marked {marked}"
+    );
+}
+
+/// Test 7: `shaper set-rate` from 50 to 20 mbit takes effect within a second:
+/// every full interval starting ≥ 1 s after the change stays ≤ 1.05 × 20
+/// mbit, and before the change the goodput is near 50 mbit.
+#[test]
+fn live_rate_change_takes_effect_within_a_second() {
+    if skip() {
+        return;
+    }
+    let tb = testbed(TestbedOptions::default());
+    let (from, to) = (rate("50mbit"), rate("20mbit"));
+    let change = Duration::from_secs(4);
+    let timing = Timing::new(Duration::from_secs(secs().max(8)), Duration::ZERO);
+    eprintln!("live rate change {from} → {to} after {change:?}:");
+    let r = run(
+        &tb,
+        Scenario::new(shaper(from), vec![FlowSpec::tcp(Host::Client, 4)], timing)
+            .with_rate_change(change, to),
+    );
+    let at = r
+        .rate_changed_at
+        .expect("the rate was changed")
+        .as_secs_f64();
+    let series = &r.flows[0].report.intervals;
+    for i in series {
+        eprintln!(
+            "  {:5.2}–{:5.2} s: {:6.2} Mbit/s",
+            i.start,
+            i.end,
+            i.bps / 1e6
+        );
+    }
+    eprintln!("  set-rate returned at {at:.2} s");
+    let before: Vec<f64> = series
+        .iter()
+        .filter(|i| i.start >= 1.0 && i.end <= at - 0.3)
+        .map(|i| i.bps)
+        .collect();
+    let before_mean = shaper::lab::stats::mean(&before).expect("intervals before the change");
+    assert!(
+        before_mean >= 0.85 * from.bits_per_s() as f64,
+        "before the change: {:.2} Mbit/s, not near {from}",
+        before_mean / 1e6
+    );
+    let limit = 1.05 * to.bits_per_s() as f64;
+    let after: Vec<_> = series
+        .iter()
+        .filter(|i| i.start >= at + 1.0 && i.end - i.start >= 0.5)
+        .collect();
+    assert!(!after.is_empty(), "no full interval ≥ 1 s after the change");
+    for i in after {
+        assert!(
+            i.bps <= limit,
+            "{:.2}–{:.2} s: {:.2} Mbit/s, above 1.05 × {to} ({at:.2} s change)",
+            i.start,
+            i.end,
+            i.bps / 1e6
+        );
+    }
+}
