@@ -51,8 +51,11 @@ pub struct FlowEntry {
     pub last_seen_ns: u64,
     /// AQM state on the flow's scheduled delay.
     pub codel: CodelState,
+    /// Marks the epoch in which the flow was last counted as backlogged
+    /// (`crate::fair::count_backlogged`); 0 for never.
+    pub backlog_epoch: u32,
     /// Room for telemetry fields; zero.
-    pub reserved: u64,
+    pub reserved: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<FlowEntry>() == 64);
@@ -123,6 +126,7 @@ impl FlowEntry {
             t_next_ns: 0,
             last_seen_ns: now_ns,
             codel: CodelState::default(),
+            backlog_epoch: 0,
             reserved: 0,
         }
     }

@@ -19,6 +19,16 @@ pub unsafe fn add(p: *mut u64, v: u64) {
     unsafe { atomic_xadd::<u64, u64, { Relaxed }>(p, v) };
 }
 
+/// Adds `v` to `*p` and returns the previous value (`BPF_ADD | BPF_FETCH`).
+///
+/// # Safety
+/// As for [`add`].
+#[inline(always)]
+pub unsafe fn fetch_add(p: *mut u64, v: u64) -> u64 {
+    // SAFETY: the caller's contract.
+    unsafe { atomic_xadd::<u64, u64, { Relaxed }>(p, v) }
+}
+
 /// Reads `*p`. An aligned 8-byte BPF load is single-copy atomic; LLVM's
 /// BPF backend cannot select a relaxed atomic load below ISA v4, so this is
 /// a volatile load.

@@ -24,8 +24,8 @@ use shaper_common::{
     counters::Counter,
     edt::{EdtDecision, aggregate_edt},
     fair::{
-        EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, average_scheduled, decide, departure_slot,
-        slots_to_clear, update_mult,
+        EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, average_scheduled, backlogged_reference,
+        count_backlogged, decide, departure_slot, join_mult, slots_to_clear, update_mult,
     },
     flow::{FlowEntry, WAYS, Way, choose_way, set_and_tag},
     rate::wire_len_bytes,
@@ -34,7 +34,7 @@ use shaper_common::{
 use crate::{
     atomic,
     maps::{AGGREGATE, CONFIG, FAIR, FLOWS, count},
-    parse::{Class, Ecn, classify},
+    parse::{Class, Ecn, TRUNCATED, classify},
 };
 
 const TC_ACT_UNSPEC: i32 = -1;
@@ -71,14 +71,14 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
             if class.vlan {
                 count(Counter::Vlan, 1);
             }
-            Some(class)
+            class
         }
         Err(_) => {
             count(Counter::Truncated, 1);
-            None
+            TRUNCATED
         }
     };
-    let headers_len = class.map_or(0, |c| c.headers_len);
+    let headers_len = class.headers_len;
     // SAFETY: reading a field of the __sk_buff the kernel passed in.
     let gso_segs = unsafe { (*ctx.skb.skb).gso_segs };
     let wire_len = wire_len_bytes(len, gso_segs, headers_len);
@@ -105,7 +105,7 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
 fn fair(
     ctx: &TcContext,
     config: &PacerConfig,
-    class: Option<Class>,
+    class: Class,
     now_ns: u64,
     skb_tstamp_ns: u64,
     tx_ns: u64,
@@ -119,7 +119,7 @@ fn fair(
     // run; the fields are only accessed atomically or as plain aligned u64s.
     let mult_q16 = unsafe { roll_epoch(state, epoch) };
 
-    let (set_idx, tag) = set_and_tag(class.map_or(0, |c| c.flow_hash), config.flow_sets_mask);
+    let (set_idx, tag) = set_and_tag(class.flow_hash, config.flow_sets_mask);
     let Some(set) = FLOWS.get_ptr_mut(set_idx) else {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
@@ -140,14 +140,29 @@ fn fair(
         }
     };
     let flow = &mut set.ways[way % WAYS];
-    let ecn = class.and_then(|c| c.ecn);
+    let ecn = class.ecn;
     let pkt = Packet {
         now_ns,
         skb_tstamp_ns,
         tx_ns,
-        ect: ecn.is_some_and(|e| e.capable()),
+        ect: ecn.capable(),
     };
     let verdict = decide(flow, &pkt, mult_q16, &config.fair_params());
+    if matches!(verdict, Verdict::Pace { .. } | Verdict::Mark { .. })
+        && count_backlogged(flow, epoch)
+    {
+        // A flow newly backlogged in this epoch: if there are now more than
+        // recently, shrink the share at once (`join_mult`).
+        // SAFETY: as above; shared fields are accessed atomically.
+        unsafe {
+            let n_now = atomic::fetch_add(&raw mut (*state).backlogged_now, 1) + 1;
+            let n_ref = atomic::load(&raw const (*state).backlogged_ref_q8).div_ceil(256);
+            let m = join_mult(mult_q16, n_now, n_ref);
+            if m != mult_q16 {
+                atomic::store(&raw mut (*state).mult_q16, m);
+            }
+        }
+    }
     let depart_now = if skb_tstamp_ns > now_ns {
         skb_tstamp_ns
     } else {
@@ -174,8 +189,8 @@ fn fair(
             Ok(TC_ACT_UNSPEC)
         }
         Verdict::Mark { tstamp_ns } => {
-            if let Some(e) = ecn {
-                mark_ce(ctx, e);
+            if ecn.present {
+                mark_ce(ctx, ecn);
             }
             set_tstamp(ctx, tstamp_ns);
             count(Counter::CeMarked, 1);
@@ -226,6 +241,15 @@ unsafe fn roll_epoch(state: *mut shaper_common::fair::FairState, epoch: u64) -> 
     }
     unsafe { atomic::store(avg_p, avg) };
     unsafe { atomic::store(mult, m) };
+    let now_p = unsafe { &raw mut (*state).backlogged_now };
+    let ref_p = unsafe { &raw mut (*state).backlogged_ref_q8 };
+    let r = backlogged_reference(
+        unsafe { atomic::load(ref_p) },
+        unsafe { atomic::load(now_p) },
+        finished,
+    );
+    unsafe { atomic::store(ref_p, r) };
+    unsafe { atomic::store(now_p, 0) };
     unsafe { atomic::add(&raw mut (*state).updates, 1) };
     m
 }

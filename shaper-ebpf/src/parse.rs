@@ -51,13 +51,27 @@ pub struct Class {
     pub headers_len: u32,
     /// The flow key's hash.
     pub flow_hash: u64,
-    /// Where the ECN bits are, for IP packets.
-    pub ecn: Option<Ecn>,
+    /// Where the ECN bits are; `Ecn::NONE` for non-IP frames.
+    pub ecn: Ecn,
 }
+
+/// The key of frames that could not be parsed: flow 0, nothing to mark.
+/// A plain value, not an `Option<Class>`: LLVM stores a `None`'s undefined
+/// payload to the stack, which the verifier rejects (`!read_ok`).
+pub const TRUNCATED: Class = Class {
+    l3: Counter::Truncated,
+    l4: None,
+    vlan: false,
+    headers_len: 0,
+    flow_hash: 0,
+    ecn: Ecn::NONE,
+};
 
 /// The position and value of an IP packet's ECN field.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Ecn {
+    /// The packet is IP and the field is at `l3_off`.
+    pub present: bool,
     /// Offset of the IP header.
     pub l3_off: u32,
     /// IPv4 (TOS byte 1, checksummed) or IPv6 (traffic class in bytes 0-1).
@@ -67,10 +81,18 @@ pub struct Ecn {
 }
 
 impl Ecn {
+    /// No ECN field (not IP).
+    pub const NONE: Ecn = Ecn {
+        present: false,
+        l3_off: 0,
+        ipv4: false,
+        bits: 0,
+    };
+
     /// ECT(0), ECT(1) or already CE: the sender understands marks.
     #[inline(always)]
     pub fn capable(&self) -> bool {
-        self.bits != 0
+        self.present && self.bits != 0
     }
 }
 
@@ -105,24 +127,26 @@ pub fn classify(ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Trunc
         proto = u16::from_be(unsafe { (*ctx.skb.skb).protocol } as u16);
     }
     h.word(u32::from(proto));
-    let mut ecn = None;
+    let mut ecn = Ecn::NONE;
     let (l4, headers_len) = match proto {
         ETH_P_IP => {
             let (c, end, bits) = ipv4(ctx, off, &mut h)?;
-            ecn = Some(Ecn {
+            ecn = Ecn {
+                present: true,
                 l3_off: off as u32,
                 ipv4: true,
                 bits,
-            });
+            };
             (Some(c), end)
         }
         ETH_P_IPV6 => {
             let (c, end, bits) = ipv6(ctx, off, &mut h)?;
-            ecn = Some(Ecn {
+            ecn = Ecn {
+                present: true,
                 l3_off: off as u32,
                 ipv4: false,
                 bits,
-            });
+            };
             (Some(c), end)
         }
         _ => (None, 0),

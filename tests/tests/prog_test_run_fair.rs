@@ -117,7 +117,7 @@ fn ect_packet_in_a_standing_queue_is_ce_marked_with_a_valid_checksum() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
     let p = udp4(1000, 0b10); // ECT(0)
-    standing_queue(&mut h, &p, 30_000_000);
+    standing_queue(&mut h, &p, 100_000_000);
     let before = h.counts();
     let out = h.run(&p.bytes, None);
     let after = h.counts();
@@ -145,7 +145,7 @@ fn ipv6_ect_packet_is_ce_marked_in_the_traffic_class() {
     let mut p = Frame::ipv6(Ipv6::new(Transport::Udp { payload_len: 100 })).build();
     let l3 = p.layout.l3.start;
     p.bytes[l3 + 1] |= 0x20; // ECT(0): traffic class bit 1 is bit 5 of byte 1
-    standing_queue(&mut h, &p, 30_000_000);
+    standing_queue(&mut h, &p, 100_000_000);
     let before = h.counts();
     let out = h.run(&p.bytes, None);
     assert_eq!(counted(&before, &h.counts(), Counter::CeMarked), 1);
@@ -158,7 +158,7 @@ fn non_ect_packet_in_a_standing_queue_is_dropped_without_using_a_slot() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
     let p = udp4(1000, 0);
-    standing_queue(&mut h, &p, 30_000_000);
+    standing_queue(&mut h, &p, 100_000_000);
     let clock = set0(&h).ways[0].t_next_ns;
     let before = h.counts();
     let out = h.run(&p.bytes, None);
@@ -269,4 +269,40 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
     };
     let out = h.run(&udp4(1001, 0).bytes, Some(&ctx));
     assert_eq!(out.ctx.tstamp, ctx.tstamp);
+}
+
+#[test]
+fn a_flow_becoming_backlogged_beyond_the_recent_count_shrinks_the_share() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
+    // One flow was backlogged recently, and one already is in this epoch.
+    let state = FairState {
+        epoch: now_epoch,
+        mult_q16: MULT_ONE,
+        backlogged_now: 1,
+        backlogged_ref_q8: 1 << 8,
+        ..FairState::default()
+    };
+    h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+    let p = udp4(5000, 0);
+    h.run(&p.bytes, None); // new flow: passes, not backlogged
+    assert_eq!(h.fair.get(&0, 0).expect("read").mult_q16, MULT_ONE);
+    let out = h.run(&p.bytes, None); // paced: the second backlogged flow
+    assert_ne!(out.ctx.tstamp, 0);
+    let after = h.fair.get(&0, 0).expect("read");
+    if after.epoch != now_epoch {
+        eprintln!("skipped: crossed an epoch boundary during the test");
+        return;
+    }
+    assert_eq!(after.backlogged_now, 2);
+    assert_eq!(
+        after.mult_q16,
+        2 * MULT_ONE,
+        "two flows: half the rate each"
+    );
+    // Its third packet is counted once per epoch only: no further change.
+    h.run(&p.bytes, None);
+    let again = h.fair.get(&0, 0).expect("read");
+    assert_eq!((again.backlogged_now, again.mult_q16), (2, 2 * MULT_ONE));
 }

@@ -11,7 +11,8 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use shaper_common::fair::{
-    EPOCH_SHIFT, FairState, Packet, Verdict, decide, departure_slot, roll_epoch,
+    EPOCH_SHIFT, FairState, Packet, Verdict, count_backlogged, decide, departure_slot, join_mult,
+    roll_epoch,
 };
 use shaper_common::flow::FlowEntry;
 use shaper_common::rate::ScaledRate;
@@ -329,6 +330,16 @@ impl Sim<'_> {
             Verdict::HorizonDrop => v.horizon_drop += 1,
         }
         let rtt = f.source.rtt_ns();
+        if matches!(verdict, Verdict::Pace { .. } | Verdict::Mark { .. })
+            && count_backlogged(&mut f.entry, self.fair.epoch)
+        {
+            self.fair.backlogged_now += 1;
+            self.fair.mult_q16 = join_mult(
+                self.fair.mult_q16,
+                self.fair.backlogged_now,
+                self.fair.backlogged_ref_q8.div_ceil(256),
+            );
+        }
         let Some(stamp) = verdict.departure_ns(now) else {
             // Noticed about one RTT after the flow's next departure.
             if matches!(f.source, Source::Aimd { .. }) {
