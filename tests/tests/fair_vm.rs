@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use shaper::{
     lab::{
-        FlowSpec, Host, RunResult, Scenario, State, Testbed, TestbedOptions, Timing, run_scenario,
+        FlowSpec, Host, Interval, RunResult, Scenario, State, Testbed, TestbedOptions, Timing,
+        run_scenario, stats,
     },
     rate::Rate,
 };
@@ -341,9 +342,38 @@ fn ecn_flows_are_marked_not_dropped() {
     );
 }
 
-/// Test 7: `shaper set-rate` from 50 to 20 mbit takes effect within a second:
-/// every full interval starting ≥ 1 s after the change stays ≤ 1.05 × 20
-/// mbit, and before the change the goodput is near 50 mbit.
+/// The mean of the intervals that end before `at` (from 1 s on, after slow
+/// start), and the intervals that start ≥ 1 s after `done` and last ≥ 0.5 s.
+fn around_change(r: &RunResult, at: f64, done: f64) -> (Option<f64>, Vec<Interval>) {
+    let series = &r.flows[0].report.intervals;
+    for i in series {
+        eprintln!(
+            "    {:5.2}–{:5.2} s: {:6.2} Mbit/s",
+            i.start,
+            i.end,
+            i.bps / 1e6
+        );
+    }
+    eprintln!("    change issued at {at:.2} s, in effect at {done:.2} s");
+    let before: Vec<f64> = series
+        .iter()
+        .filter(|i| i.start >= 1.0 && i.end <= at)
+        .map(|i| i.bps)
+        .collect();
+    let after = series
+        .iter()
+        .filter(|i| i.start >= done + 1.0 && i.end - i.start >= 0.5)
+        .copied()
+        .collect();
+    (stats::mean(&before), after)
+}
+
+/// Test 7: a live rate change from 50 to 20 mbit takes effect within a
+/// second: every full interval starting ≥ 1 s after `shaper set-rate`
+/// returned stays ≤ 1.05 × 20 mbit, and before the change the goodput is
+/// near 50 mbit (≥ 0.85 of it, or ≥ CAKE's before its own change less 5%,
+/// where a CPU-starved VM keeps both below the rate). CAKE, changed with
+/// `tc qdisc change`, is printed for comparison.
 #[test]
 fn live_rate_change_takes_effect_within_a_second() {
     if skip() {
@@ -351,52 +381,80 @@ fn live_rate_change_takes_effect_within_a_second() {
     }
     let tb = testbed(TestbedOptions::default());
     let (from, to) = (rate("50mbit"), rate("20mbit"));
-    let change = Duration::from_secs(4);
-    let timing = Timing::new(Duration::from_secs(secs().max(8)), Duration::ZERO);
+    // set-rate itself takes 1 to 3 s under emulation; the run must leave
+    // full intervals after the one second of grace.
+    let change = Duration::from_secs(3);
+    let timing = Timing::new(Duration::from_secs(secs().max(10)), Duration::ZERO);
+    let flows = vec![FlowSpec::tcp(Host::Client, 4)];
     eprintln!("live rate change {from} → {to} after {change:?}:");
-    let r = run(
-        &tb,
-        Scenario::new(shaper(from), vec![FlowSpec::tcp(Host::Client, 4)], timing)
-            .with_rate_change(change, to),
+    let mut before = Vec::new();
+    let mut after = Vec::new();
+    for state in [State::Cake { rate: from }, shaper(from)] {
+        let r = run(
+            &tb,
+            Scenario::new(state, flows.clone(), timing).with_rate_change(change, to),
+        );
+        let (at, done) = r.rate_changed_at.expect("the rate was changed");
+        let (b, a) = around_change(&r, at.as_secs_f64(), done.as_secs_f64());
+        before.push(b.expect("intervals before the change"));
+        after.push(a);
+    }
+    let (cake_before, ours_before) = (before[0], before[1]);
+    eprintln!(
+        "  before the change: cake {:.2}, shaper {:.2} Mbit/s",
+        cake_before / 1e6,
+        ours_before / 1e6
     );
-    let at = r
-        .rate_changed_at
-        .expect("the rate was changed")
-        .as_secs_f64();
-    let series = &r.flows[0].report.intervals;
-    for i in series {
-        eprintln!(
-            "  {:5.2}–{:5.2} s: {:6.2} Mbit/s",
+    let near = (0.85 * from.bits_per_s() as f64).min(0.95 * cake_before);
+    assert!(
+        ours_before >= near,
+        "before the change: {:.2} Mbit/s, not near {from} (cake: {:.2})",
+        ours_before / 1e6,
+        cake_before / 1e6
+    );
+    let limit = 1.05 * to.bits_per_s() as f64;
+    let ours_after = &after[1];
+    assert!(
+        !ours_after.is_empty(),
+        "no full interval ≥ 1 s after the change"
+    );
+    for i in ours_after {
+        assert!(
+            i.bps <= limit,
+            "{:.2}–{:.2} s: {:.2} Mbit/s, above 1.05 × {to} a second after the change",
             i.start,
             i.end,
             i.bps / 1e6
         );
     }
-    eprintln!("  set-rate returned at {at:.2} s");
-    let before: Vec<f64> = series
-        .iter()
-        .filter(|i| i.start >= 1.0 && i.end <= at - 0.3)
-        .map(|i| i.bps)
-        .collect();
-    let before_mean = shaper::lab::stats::mean(&before).expect("intervals before the change");
-    assert!(
-        before_mean >= 0.85 * from.bits_per_s() as f64,
-        "before the change: {:.2} Mbit/s, not near {from}",
-        before_mean / 1e6
-    );
-    let limit = 1.05 * to.bits_per_s() as f64;
-    let after: Vec<_> = series
-        .iter()
-        .filter(|i| i.start >= at + 1.0 && i.end - i.start >= 0.5)
-        .collect();
-    assert!(!after.is_empty(), "no full interval ≥ 1 s after the change");
-    for i in after {
-        assert!(
-            i.bps <= limit,
-            "{:.2}–{:.2} s: {:.2} Mbit/s, above 1.05 × {to} ({at:.2} s change)",
-            i.start,
-            i.end,
-            i.bps / 1e6
-        );
+}
+
+/// Not a check: the testbed's figures with nothing on the WAN egress and
+/// with CAKE, for the record (`--ignored`).
+#[test]
+#[ignore = "prints baseline figures only"]
+fn baseline_figures() {
+    if skip() {
+        return;
+    }
+    for gso in [true, false] {
+        let tb = testbed(TestbedOptions {
+            gso,
+            ..TestbedOptions::default()
+        });
+        eprintln!("baseline, 4 flows, GSO {}:", gso_name(gso));
+        for state in [
+            State::None,
+            State::Cake {
+                rate: rate("50mbit"),
+            },
+        ] {
+            let scenario = Scenario::new(state, vec![FlowSpec::tcp(Host::Client, 4)], short())
+                .with_ping(Host::Client);
+            let r = run(&tb, scenario);
+            if let Some(c) = r.cpu_per_mbit() {
+                eprintln!("    kernel CPU per Mbit/s: {:.4}%", c * 100.0);
+            }
+        }
     }
 }

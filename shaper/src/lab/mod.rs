@@ -46,10 +46,10 @@ pub mod traffic;
 mod exec;
 
 pub use cpu::{CpuTimes, CpuUsage};
-pub use scenario::{FlowResult, RateChange, RunResult, Scenario, run_scenario};
+pub use scenario::{FlowResult, Phases, RateChange, RunResult, Scenario, run_scenario};
 pub use state::{AppliedState, QdiscStats, State};
 pub use topology::{Host, Netns, Testbed, TestbedOptions};
-pub use traffic::{FlowSpec, IperfReport, Ping, Timing};
+pub use traffic::{FlowSpec, Interval, IperfReport, Ping, Timing};
 
 /// Why a lab step failed. Each message names the command or file involved.
 #[derive(Debug, thiserror::Error)]

@@ -115,9 +115,24 @@ pub struct RunResult {
     pub counters: Result<BTreeMap<String, u64>, LabError>,
     /// The WAN root qdisc's statistics after the run.
     pub qdisc: Result<QdiscStats, LabError>,
-    /// When the rate change took effect (its command returned), after the
-    /// clients started.
-    pub rate_changed_at: Option<Duration>,
+    /// When the rate change was issued and when its command returned, after
+    /// the clients started.
+    pub rate_changed_at: Option<(Duration, Duration)>,
+    /// Wall time of each phase.
+    pub phases: Phases,
+}
+
+/// Wall time of a run's phases: where the time beyond the traffic goes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Phases {
+    /// Applying the state (for the shaper: until it reports attached).
+    pub apply: Duration,
+    /// Starting the iperf3 servers.
+    pub servers: Duration,
+    /// From starting the clients until all reported.
+    pub traffic: Duration,
+    /// Reading statistics and tearing the state down.
+    pub teardown: Duration,
 }
 
 impl RunResult {
@@ -173,6 +188,14 @@ impl RunResult {
             ));
         }
         s.push_str(&format!("; cpu kernel {:.1}%", self.cpu.kernel() * 100.0));
+        let p = &self.phases;
+        s.push_str(&format!(
+            "; s apply/servers/traffic/teardown {:.1}/{:.1}/{:.1}/{:.1}",
+            p.apply.as_secs_f64(),
+            p.servers.as_secs_f64(),
+            p.traffic.as_secs_f64(),
+            p.teardown.as_secs_f64()
+        ));
         s
     }
 }
@@ -184,7 +207,9 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
             detail: "a scenario needs at least one flow".to_owned(),
         });
     }
+    let t0 = Instant::now();
     let mut applied = scenario.state.apply(tb)?;
+    let t_applied = Instant::now();
     let servers = (0..scenario.flows.len())
         .map(|i| {
             let port = u16::try_from(i)
@@ -199,6 +224,7 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
 
     let cpu_before = CpuTimes::now()?;
     let started = Instant::now();
+    let t_servers = started;
     let clients = scenario
         .flows
         .iter()
@@ -218,8 +244,9 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
     let mut rate_changed_at = None;
     if let Some(change) = scenario.rate_change {
         sleep(change.after.saturating_sub(started.elapsed()));
+        let issued = started.elapsed();
         applied.set_rate(change.rate)?;
-        rate_changed_at = Some(started.elapsed());
+        rate_changed_at = Some((issued, started.elapsed()));
     }
     let mut flows = Vec::with_capacity(clients.len());
     for (client, spec) in clients.into_iter().zip(&scenario.flows) {
@@ -233,11 +260,18 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
         None => Vec::new(),
     };
     let cpu = CpuUsage::between(&cpu_before, &CpuTimes::now()?);
+    let t_traffic = Instant::now();
     let counters = applied.counters();
     let qdisc = applied.qdisc_stats();
     let state = applied.state().name();
     applied.stop()?;
     drop(servers);
+    let phases = Phases {
+        apply: t_applied - t0,
+        servers: t_servers - t_applied,
+        traffic: t_traffic - started,
+        teardown: t_traffic.elapsed(),
+    };
 
     let result = RunResult {
         state,
@@ -249,6 +283,7 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
         counters,
         qdisc,
         rate_changed_at,
+        phases,
     };
     info!("{}", result.summary());
     Ok(result)
