@@ -13,7 +13,8 @@
 //!   ([`Testbed`]), removed on drop.
 //! - [`state`]: what shapes the router's WAN egress ([`State`]), applied and
 //!   torn down ([`AppliedState`]).
-//! - [`traffic`]: iperf3 servers and clients with parsed `-J` reports, ping.
+//! - [`traffic`]: iperf3 servers and clients with parsed `-J` reports.
+//! - [`ping`]: RTT samples under load.
 //! - [`cpu`]: whole-machine CPU time from /proc/stat over a run.
 //! - [`stats`]: percentiles, mean, Jain's fairness index.
 //! - [`scenario`]: one run of all of the above, returning a [`RunResult`].
@@ -37,6 +38,7 @@
 //! in the same run instead).
 
 pub mod cpu;
+pub mod ping;
 pub mod scenario;
 pub mod state;
 pub mod stats;
@@ -46,10 +48,11 @@ pub mod traffic;
 mod exec;
 
 pub use cpu::{CpuTimes, CpuUsage};
+pub use ping::Ping;
 pub use scenario::{FlowResult, Phases, RateChange, RunResult, Scenario, run_scenario};
 pub use state::{AppliedState, QdiscStats, State};
 pub use topology::{Host, Netns, Testbed, TestbedOptions};
-pub use traffic::{FlowSpec, Interval, IperfReport, Ping, Timing};
+pub use traffic::{FlowSpec, Interval, IperfReport, Timing};
 
 /// Why a lab step failed. Each message names the command or file involved.
 #[derive(Debug, thiserror::Error)]

@@ -24,10 +24,11 @@ use tracing::info;
 use super::{
     LabError,
     cpu::{CpuTimes, CpuUsage},
+    ping::Ping,
     state::{QdiscStats, State},
     stats::{self, Percentiles},
     topology::{Host, Testbed},
-    traffic::{FlowSpec, IperfClient, IperfReport, IperfServer, Ping, Timing},
+    traffic::{FlowSpec, IperfClient, IperfReport, IperfServer, Timing},
 };
 use crate::rate::Rate;
 

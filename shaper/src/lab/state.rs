@@ -153,9 +153,6 @@ pub struct QdiscStats {
     pub drops: u64,
     /// ECN CE marks, summed over tins (CAKE only).
     pub ecn_marks: Option<u64>,
-    /// The largest packet seen at enqueue, network layer, bytes (CAKE only):
-    /// above the MTU means GSO super-packets reached the qdisc.
-    pub max_packet: Option<u64>,
 }
 
 impl QdiscStats {
@@ -190,7 +187,6 @@ impl QdiscStats {
             packets: num("packets"),
             drops: num("drops"),
             ecn_marks,
-            max_packet: root.get("max_network_size").and_then(Value::as_u64),
         })
     }
 }
@@ -379,7 +375,6 @@ mod tests {
                 packets: 10,
                 drops: 2,
                 ecn_marks: Some(5),
-                max_packet: Some(1514),
             }
         );
         let s = QdiscStats::parse(r#"[{"kind":"noqueue","root":true}]"#).expect("parses");

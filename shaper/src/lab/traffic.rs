@@ -1,5 +1,5 @@
-//! Traffic for the lab: iperf3 servers and clients with their `-J` reports
-//! parsed, and ping with every RTT sample kept.
+//! Bulk traffic for the lab: iperf3 servers and clients with their `-J`
+//! reports parsed. (Latency probes are in [`ping`](super::ping).)
 //!
 //! - An [`IperfServer`] is `iperf3 -s -J -i 1 -p PORT -B ADDR`, one per flow
 //!   spec (an iperf3 server runs one test at a time), stopped on drop.
@@ -12,27 +12,20 @@
 //!   series (one-second intervals) from the server's own JSON report
 //!   (`server_output_json`), so intervals count received bits too, not
 //!   bytes written into a socket buffer.
-//! - [`Ping`] runs `ping -n -i I -w SECS ADDR` on a thread after a delay
-//!   (so it can start after the omit period) and parses each `time=X ms`.
 //!
 //! Units: bit/s as `f64`, seconds as `f64` in interval series (iperf3's
-//! own), RTTs in milliseconds.
+//! own).
 //!
 //! Non-goals: reverse or bidirectional tests, SCTP, IPv6.
 
-use std::{
-    net::Ipv4Addr,
-    process::Command,
-    thread::{JoinHandle, sleep},
-    time::Duration,
-};
+use std::{net::Ipv4Addr, time::Duration};
 
 use serde_json::Value;
 use tracing::debug;
 
 use super::{
     LabError,
-    exec::{self, Daemon},
+    exec::Daemon,
     topology::{Host, Testbed},
 };
 use crate::rate::Rate;
@@ -371,71 +364,6 @@ fn truncate(s: &str, max: usize) -> String {
         Some((i, _)) => format!("{}…", &s[..i]),
         None => s.to_owned(),
     }
-}
-
-/// A ping running on its own thread.
-pub struct Ping {
-    handle: JoinHandle<Result<Vec<f64>, LabError>>,
-}
-
-impl Ping {
-    /// After `delay`, pings `to` from `from` every `interval` for `duration`
-    /// (`ping -n -i I -w SECS`, whole seconds, rounded up). Intervals below
-    /// 0.2 s need root, which the lab has.
-    pub fn spawn(
-        tb: &Testbed,
-        from: Host,
-        to: Ipv4Addr,
-        interval: Duration,
-        delay: Duration,
-        duration: Duration,
-    ) -> Self {
-        let mut cmd: Command = tb.command(from, "ping");
-        let secs = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
-        cmd.args(["-n", "-i", &format!("{:.3}", interval.as_secs_f64())])
-            .args(["-w", &secs.max(1).to_string(), &to.to_string()]);
-        let handle = std::thread::spawn(move || {
-            sleep(delay);
-            let command = exec::describe(&cmd);
-            let out = cmd.output().map_err(|source| LabError::Spawn {
-                command: command.clone(),
-                source,
-            })?;
-            let text = String::from_utf8_lossy(&out.stdout);
-            let samples = parse_ping(&text);
-            // Exit 1 means some replies were missing: fine if others came.
-            if samples.is_empty() {
-                return Err(LabError::CommandFailed {
-                    command,
-                    status: out.status.to_string(),
-                    output: format!("no replies: {text}{}", String::from_utf8_lossy(&out.stderr)),
-                });
-            }
-            Ok(samples)
-        });
-        Self { handle }
-    }
-
-    /// The RTT samples, in milliseconds, in order.
-    pub fn wait(self) -> Result<Vec<f64>, LabError> {
-        self.handle.join().map_err(|_| LabError::Invalid {
-            detail: "the ping thread panicked".to_owned(),
-        })?
-    }
-}
-
-/// Every `time=X ms` of ping's output, in milliseconds.
-pub fn parse_ping(text: &str) -> Vec<f64> {
-    text.lines()
-        .filter_map(|l| {
-            let rest = &l[l.find("time=")? + "time=".len()..];
-            rest.split_whitespace()
-                .next()?
-                .trim_end_matches("ms")
-                .parse()
-                .ok()
-        })
-        .collect()
 }
 
 #[cfg(test)]
