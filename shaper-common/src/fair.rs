@@ -30,8 +30,10 @@
 //!   epochs: the pacer is work conserving.
 //! - AQM: CoDel's control law (RFC 8289, see [`crate::codel`]) on each
 //!   packet's scheduled delay. ECN-capable packets are CE-marked and kept;
-//!   others are dropped. A packet whose departure would lie beyond the
-//!   horizon is dropped, which bounds what sch_fq holds per flow and, since
+//!   others are dropped. A flow more than an interval behind is signalled on
+//!   every packet (overload, as COBALT's BLUE reacts to a full queue where
+//!   CoDel's spacing is too slow). A packet whose departure would lie beyond
+//!   the horizon is dropped, which bounds what sch_fq holds per flow and, since
 //!   the flows' shares sum to the rate, in total (rate × horizon).
 //!
 //! Invariants.
@@ -220,7 +222,15 @@ pub fn decide(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
     // qdisc whatever their size: with 64 KB GSO packets at a low share that
     // is already far above target, and signalling it only shrinks cwnd.
     let small_backlog = delay <= 2 * tx_fair;
-    if codel_signal(&mut flow.codel, pkt.now_ns, delay, small_backlog, &p.codel) {
+    // Overload: a flow more than a whole interval behind (slow start
+    // overshooting, an unresponsive sender) is signalled on every packet
+    // instead of at CoDel's spacing, which needs several intervals to catch
+    // up. Without it such flows ran into the horizon and lost whole
+    // windows at once (86 horizon drops in the VM's ECN test). ECN-capable
+    // senders that ignore the marks still meet the horizon.
+    let overload = !small_backlog && delay > p.codel.interval_ns;
+    let codel = codel_signal(&mut flow.codel, pkt.now_ns, delay, small_backlog, &p.codel);
+    if overload || codel {
         if !(p.ecn && pkt.ect) {
             // A dropped packet uses no departure slot.
             return Verdict::AqmDrop;
@@ -515,6 +525,36 @@ mod tests {
         let v = decide(&mut f, &pkt(10_000_000, 1_000), MULT_ONE, &P);
         assert_eq!(v, Verdict::AqmDrop);
         assert_eq!(f.t_next_ns, 30_000_000);
+    }
+
+    #[test]
+    fn a_flow_an_interval_behind_is_signalled_on_every_packet() {
+        let mut f = FlowEntry::fresh(1, 0);
+        let now = 1_000_000_000;
+        f.t_next_ns = now + 150_000_000;
+        for i in 0..5u64 {
+            let p = Packet {
+                ect: true,
+                ..pkt(now + i, 1_000)
+            };
+            assert!(matches!(
+                decide(&mut f, &p, MULT_ONE, &P),
+                Verdict::Mark { .. }
+            ));
+        }
+        let before = f.t_next_ns;
+        assert_eq!(
+            decide(&mut f, &pkt(now + 9, 1_000), MULT_ONE, &P),
+            Verdict::AqmDrop
+        );
+        assert_eq!(f.t_next_ns, before);
+        // Below an interval, CoDel alone decides: no signal yet.
+        let mut g = FlowEntry::fresh(2, 0);
+        g.t_next_ns = now + 90_000_000;
+        assert!(matches!(
+            decide(&mut g, &pkt(now, 1_000), MULT_ONE, &P),
+            Verdict::Pace { .. }
+        ));
     }
 
     #[test]

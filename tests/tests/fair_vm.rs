@@ -131,7 +131,16 @@ fn goodput(gso: bool) {
     });
     let flows = [FlowSpec::tcp(Host::Client, 4)];
     let mut failures = Vec::new();
-    for r in ["20mbit", "50mbit", "200mbit"] {
+    // Without GSO, 200 mbit is 16.5k packets/s, more than the emulated
+    // guest forwards (unshaped it carried 111 Mbit/s): both states are then
+    // CPU-bound (CAKE 0.495, shaper 0.426 of the rate) and the ratio
+    // measures TCG, not the pacer. CPU per Mbit is the benchmark's figure.
+    let rates: &[&str] = if gso {
+        &["20mbit", "50mbit", "200mbit"]
+    } else {
+        &["20mbit", "50mbit"]
+    };
+    for &r in rates {
         let r = rate(r);
         eprintln!("goodput at {r}, 4 flows, GSO {}:", gso_name(gso));
         let (cake, ours) = cake_then_shaper(&tb, r, &flows, short(), None);

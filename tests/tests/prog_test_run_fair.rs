@@ -117,7 +117,7 @@ fn ect_packet_in_a_standing_queue_is_ce_marked_with_a_valid_checksum() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
     let p = udp4(1000, 0b10); // ECT(0)
-    standing_queue(&mut h, &p, 100_000_000);
+    standing_queue(&mut h, &p, 60_000_000);
     let before = h.counts();
     let out = h.run(&p.bytes, None);
     let after = h.counts();
@@ -145,7 +145,7 @@ fn ipv6_ect_packet_is_ce_marked_in_the_traffic_class() {
     let mut p = Frame::ipv6(Ipv6::new(Transport::Udp { payload_len: 100 })).build();
     let l3 = p.layout.l3.start;
     p.bytes[l3 + 1] |= 0x20; // ECT(0): traffic class bit 1 is bit 5 of byte 1
-    standing_queue(&mut h, &p, 100_000_000);
+    standing_queue(&mut h, &p, 60_000_000);
     let before = h.counts();
     let out = h.run(&p.bytes, None);
     assert_eq!(counted(&before, &h.counts(), Counter::CeMarked), 1);
@@ -158,7 +158,7 @@ fn non_ect_packet_in_a_standing_queue_is_dropped_without_using_a_slot() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
     let p = udp4(1000, 0);
-    standing_queue(&mut h, &p, 100_000_000);
+    standing_queue(&mut h, &p, 60_000_000);
     let clock = set0(&h).ways[0].t_next_ns;
     let before = h.counts();
     let out = h.run(&p.bytes, None);
