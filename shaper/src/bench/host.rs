@@ -476,6 +476,20 @@ struct PathSpec {
     intended: Counter,
 }
 
+impl PathSpec {
+    /// A single flow's path: no chunking.
+    fn one_flow(repeat: u32, rate_bytes_per_s: u64, tx_ns: u64, intended: Counter) -> Self {
+        Self {
+            flows: 1,
+            repeat,
+            chunk: 0,
+            rate_bytes_per_s,
+            tx_ns,
+            intended,
+        }
+    }
+}
+
 fn result(spec: &PathSpec, mut m: Measured, passthrough_ns: f64) -> PathResult {
     let (median, min, max) = spread(&mut m.samples);
     let packets = m.packets.max(1) as f64;
@@ -585,14 +599,12 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         opts.repeat,
         Duration::ZERO,
     )?;
-    let spec = PathSpec {
-        flows: 1,
-        repeat: opts.repeat,
-        chunk: 0,
-        rate_bytes_per_s: rate,
-        tx_ns: ScaledRate::from_bytes_per_s(rate).map_or(0, |r| r.tx_time_ns(len as u32)),
-        intended: Counter::PassedUnpaced,
-    };
+    let spec = PathSpec::one_flow(
+        opts.repeat,
+        rate,
+        ScaledRate::from_bytes_per_s(rate).map_or(0, |r| r.tx_time_ns(len as u32)),
+        Counter::PassedUnpaced,
+    );
     let unpaced = result(&spec, m, passthrough_hot);
     info!(ns = unpaced.ns_per_packet, "unpaced");
     let run_ns = unpaced.ns_per_packet.max(1.0) as u64;
@@ -606,14 +618,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     b.call(Prog::Egress, &frame, 1)?;
     sleep(drain);
     let m = single_calls(&b, Prog::Egress, &frame, opts.calls, opts.repeat, drain)?;
-    let spec = PathSpec {
-        flows: 1,
-        repeat: opts.repeat,
-        chunk: 0,
-        rate_bytes_per_s: rate,
-        tx_ns,
-        intended: Counter::Paced,
-    };
+    let spec = PathSpec::one_flow(opts.repeat, rate, tx_ns, Counter::Paced);
     let paced = result(&spec, m, passthrough_hot);
     info!(ns = paced.ns_per_packet, "paced");
     paths.insert("paced", paced);
@@ -632,14 +637,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         opts.repeat,
         Duration::ZERO,
     )?;
-    let spec = PathSpec {
-        flows: 1,
-        repeat: opts.repeat,
-        chunk: 0,
-        rate_bytes_per_s: rate,
-        tx_ns: SLOW_TX_NS,
-        intended: Counter::AqmDrop,
-    };
+    let spec = PathSpec::one_flow(opts.repeat, rate, SLOW_TX_NS, Counter::AqmDrop);
     let aqm = result(&spec, m, passthrough_hot);
     info!(ns = aqm.ns_per_packet, "aqm drop");
     paths.insert("aqm_drop", aqm);
