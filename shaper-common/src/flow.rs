@@ -36,14 +36,18 @@ pub const DEFAULT_FLOWS: u32 = 65_536;
 /// Default time after which an idle flow's way may be reused.
 pub const DEFAULT_FLOW_IDLE_NS: u64 = 2_000_000_000;
 
+/// [`FlowEntry::flags`]: the flow has sent ECN-capable packets, so its
+/// Not-ECT packets are retransmissions or control (RFC 3168, 6.1.5).
+pub const FLOW_ECN: u32 = 1;
+
 /// One flow's state: 64 bytes, one cache line.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowEntry {
     /// High bits of the key's hash, never 0; 0 marks an empty way.
     pub tag: u32,
-    /// Packets seen, wrapping; for telemetry.
-    pub packets: u32,
+    /// [`FLOW_ECN`] once the flow sent an ECN-capable packet.
+    pub flags: u32,
     /// The flow's virtual clock: the earliest departure time of its next
     /// packet.
     pub t_next_ns: u64,
@@ -54,8 +58,9 @@ pub struct FlowEntry {
     /// Marks the epoch in which the flow was last counted as backlogged
     /// (`crate::fair::count_backlogged`); 0 for never.
     pub backlog_epoch: u32,
-    /// Room for telemetry fields; zero.
-    pub reserved: u32,
+    /// Marks the epoch in which the flow was last counted as active
+    /// (`crate::fair::count_active`); 0 for never.
+    pub active_epoch: u32,
 }
 
 const _: () = assert!(core::mem::size_of::<FlowEntry>() == 64);
@@ -122,12 +127,12 @@ impl FlowEntry {
     pub fn fresh(tag: u32, now_ns: u64) -> Self {
         Self {
             tag,
-            packets: 0,
+            flags: 0,
             t_next_ns: 0,
             last_seen_ns: now_ns,
             codel: CodelState::default(),
             backlog_epoch: 0,
-            reserved: 0,
+            active_epoch: 0,
         }
     }
 }

@@ -25,7 +25,8 @@ use shaper_common::{
     edt::{EdtDecision, aggregate_edt},
     fair::{
         EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, average_scheduled, backlogged_reference,
-        count_backlogged, decide, departure_slot, join_mult, slots_to_clear, update_mult,
+        count_active, count_backlogged, decide, join_mult, mult_cap, roll_active, slots_to_clear,
+        update_mult,
     },
     flow::{FlowEntry, WAYS, Way, choose_way, set_and_tag},
     rate::wire_len_bytes,
@@ -147,6 +148,10 @@ fn fair(
         tx_ns,
         ect: ecn.capable(),
     };
+    if count_active(flow, epoch) {
+        // SAFETY: as above; shared fields are accessed atomically.
+        unsafe { atomic::add(&raw mut (*state).active_now, 1) };
+    }
     let verdict = decide(flow, &pkt, mult_q16, &config.fair_params());
     if matches!(verdict, Verdict::Pace { .. } | Verdict::Mark { .. })
         && count_backlogged(flow, epoch)
@@ -157,24 +162,26 @@ fn fair(
         unsafe {
             let n_now = atomic::fetch_add(&raw mut (*state).backlogged_now, 1) + 1;
             let n_ref = atomic::load(&raw const (*state).backlogged_ref_q8).div_ceil(256);
-            let m = join_mult(mult_q16, n_now, n_ref);
+            let cap = mult_cap(
+                atomic::load(&raw const (*state).active_last),
+                atomic::load(&raw const (*state).active_now),
+            );
+            let m = join_mult(mult_q16, n_now, n_ref, cap);
             if m != mult_q16 {
                 atomic::store(&raw mut (*state).mult_q16, m);
             }
         }
     }
-    let depart_now = if skb_tstamp_ns > now_ns {
-        skb_tstamp_ns
-    } else {
-        now_ns
-    };
     // The accepted traffic of this epoch (CSFQ's measurement), counted in
-    // the epoch of the decision: counting it where it departs (up to the
-    // horizon ahead) fed back up to 16 epochs late and made the loop
-    // oscillate (the simulator's unresponsive-flow case, and TCP with GSO in
-    // the VM).
-    if verdict.departure_ns(depart_now).is_some() {
-        let slot = departure_slot(epoch, now_ns) % EPOCH_RING;
+    // the epoch of the decision (`departure_slot(epoch, now)` is
+    // `epoch % EPOCH_RING`): counting it where it departs (up to the horizon
+    // ahead) fed back up to 16 epochs late and made the loop oscillate (the
+    // simulator's unresponsive-flow case, and TCP with GSO in the VM).
+    if matches!(
+        verdict,
+        Verdict::Pass | Verdict::Pace { .. } | Verdict::Mark { .. }
+    ) {
+        let slot = (epoch % EPOCH_RING as u64) as usize;
         // SAFETY: as above; the slot is only ever updated atomically.
         unsafe { atomic::add(&raw mut (*state).scheduled_ns[slot], tx_ns) };
     }
@@ -239,6 +246,22 @@ unsafe fn roll_epoch(state: *mut shaper_common::fair::FairState, epoch: u64) -> 
             unsafe { atomic::store(slot, 0) };
         }
     }
+    // Activity windows (`shaper_common::fair::roll_active`). A packet
+    // counted on another CPU between the load and the store of
+    // `active_now` is lost from the count: the cap is a bound with one flow
+    // of slack, not a measurement.
+    let last_p = unsafe { &raw mut (*state).active_last };
+    let active_p = unsafe { &raw mut (*state).active_now };
+    let (last, active) = roll_active(
+        unsafe { atomic::load(last_p) },
+        unsafe { atomic::load(active_p) },
+        old,
+        epoch,
+    );
+    unsafe { atomic::store(last_p, last) };
+    unsafe { atomic::store(active_p, active) };
+    let cap = mult_cap(last, active);
+    let m = if m > cap { cap } else { m };
     unsafe { atomic::store(avg_p, avg) };
     unsafe { atomic::store(mult, m) };
     let now_p = unsafe { &raw mut (*state).backlogged_now };

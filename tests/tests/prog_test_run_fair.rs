@@ -10,7 +10,8 @@ use shaper::bpf::test_run::SkBuff;
 use shaper_common::{
     counters::Counter,
     fair::{
-        EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, MULT_ONE, average_scheduled, update_mult,
+        EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, MULT_ONE, average_scheduled, roll_epoch,
+        update_mult,
     },
     flow::{FlowSet, WAYS},
 };
@@ -227,6 +228,31 @@ fn vlan_id_is_part_of_the_flow_key() {
 }
 
 #[test]
+fn the_multiplier_is_capped_by_the_active_flows() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
+    // Slow-start bursts: m at 8 and the epoch twice over, with one flow
+    // in the last activity window and none yet in this one.
+    let mut state = FairState {
+        epoch: now_epoch - 1,
+        mult_q16: 8 * MULT_ONE,
+        active_last: 1,
+        ..FairState::default()
+    };
+    state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = EPOCH_NS * 2;
+    h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+    h.run(&udp4(1000, 0).bytes, None);
+    let after = h.fair.get(&0, 0).expect("read");
+    if after.epoch != now_epoch {
+        eprintln!("skipped: crossed an epoch boundary during the test");
+        return;
+    }
+    // One active flow: m is at most 2 (one flow of slack).
+    assert_eq!(after.mult_q16, 2 * MULT_ONE);
+}
+
+#[test]
 fn an_overfull_epoch_raises_the_multiplier_once() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
@@ -234,10 +260,15 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
     let mut state = FairState {
         epoch: now_epoch - 1,
         mult_q16: 2 * MULT_ONE,
+        // Three flows sent in this window: the cap (4) is above what the
+        // update asks.
+        active_now: 3,
         ..FairState::default()
     };
     // The epoch just finished carried 1.5 epochs of transmission time.
     state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = EPOCH_NS * 3 / 2;
+    let mut library = state;
+    roll_epoch(&mut library, now_epoch);
     h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
     h.run(&udp4(1000, 0).bytes, None);
     let after = h.fair.get(&0, 0).expect("read");
@@ -254,6 +285,12 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
     assert_eq!(after.scheduled_avg_ns, avg);
     assert_eq!(after.mult_q16, update_mult(2 * MULT_ONE, avg));
     assert_eq!(after.mult_q16, 139_520);
+    assert_eq!(after.mult_q16, library.mult_q16);
+    assert_eq!(
+        (after.active_last, after.active_now),
+        (library.active_last, library.active_now + 1),
+        "the kernel's windows as the library's, plus this packet's flow"
+    );
     // The finished epoch's slot was cleared for reuse; this packet's own
     // transmission time counts in the current epoch.
     assert_eq!(

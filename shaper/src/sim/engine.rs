@@ -11,8 +11,8 @@ use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
 use shaper_common::fair::{
-    EPOCH_SHIFT, FairState, Packet, Verdict, count_backlogged, decide, departure_slot, join_mult,
-    roll_epoch,
+    EPOCH_SHIFT, FairState, Packet, Verdict, count_active, count_backlogged, decide,
+    departure_slot, join_mult, mult_cap, roll_epoch,
 };
 use shaper_common::flow::FlowEntry;
 use shaper_common::rate::ScaledRate;
@@ -34,12 +34,15 @@ enum Kind {
     Stop,
     /// The next packet of a sparse or unresponsive source.
     Emit,
-    /// An ACK of one packet, echoing a CE mark or not.
+    /// An ACK of packet `seq`, echoing a CE mark or not.
     Ack {
         ce: bool,
+        seq: u64,
     },
-    /// The sender notices one lost packet.
-    Loss,
+    /// The sender notices that packet `seq` was lost.
+    Loss {
+        seq: u64,
+    },
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -75,9 +78,12 @@ struct Aimd {
     cwnd: f64,
     ssthresh: f64,
     inflight: u64,
-    /// No growth and no second reduction before this time (one RTT after a
-    /// reduction).
-    recover_until_ns: u64,
+    /// No growth and no second reduction for signals about packets sent
+    /// before this one (the first packet sent after a reduction): one
+    /// reduction per window of data, as NewReno's recovery point and TCP's
+    /// CWR state (RFC 3168, 6.1.2) have it. (A fixed base RTT instead halved
+    /// a window every RTT for as long as its queue lasted.)
+    recover_seq: u64,
 }
 
 /// One flow during the run.
@@ -139,7 +145,7 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
                 cwnd: INITIAL_WINDOW,
                 ssthresh: f64::INFINITY,
                 inflight: 0,
-                recover_until_ns: 0,
+                recover_seq: 0,
             },
             sent: 0,
             last_depart_ns: 0,
@@ -213,8 +219,8 @@ impl Sim<'_> {
             }
             Kind::Stop => self.flows[i].active = false,
             Kind::Emit => self.emit(i, now),
-            Kind::Ack { ce } => self.on_ack(i, now, ce),
-            Kind::Loss => self.on_loss(i, now),
+            Kind::Ack { ce, seq } => self.on_ack(i, now, ce, seq),
+            Kind::Loss { seq } => self.on_loss(i, now, seq),
         }
     }
 
@@ -262,11 +268,10 @@ impl Sim<'_> {
         }
     }
 
-    fn on_ack(&mut self, i: usize, now: u64, ce: bool) {
-        let rtt = self.flows[i].source.rtt_ns();
+    fn on_ack(&mut self, i: usize, now: u64, ce: bool, seq: u64) {
         let a = &mut self.flows[i].aimd;
         a.inflight = a.inflight.saturating_sub(1);
-        let recovering = now < a.recover_until_ns;
+        let recovering = seq < a.recover_seq;
         if !recovering && !ce {
             a.cwnd += if a.cwnd < a.ssthresh {
                 1.0
@@ -275,28 +280,26 @@ impl Sim<'_> {
             };
         }
         if !recovering && ce {
-            self.reduce(i, now, rtt);
+            self.reduce(i);
         }
         self.fill_window(i, now);
     }
 
-    fn on_loss(&mut self, i: usize, now: u64) {
-        let rtt = self.flows[i].source.rtt_ns();
+    fn on_loss(&mut self, i: usize, now: u64, seq: u64) {
         let a = &mut self.flows[i].aimd;
         a.inflight = a.inflight.saturating_sub(1);
-        let recovering = now < a.recover_until_ns;
-        if !recovering {
-            self.reduce(i, now, rtt);
+        if seq >= a.recover_seq {
+            self.reduce(i);
         }
         self.fill_window(i, now);
     }
 
-    /// Multiplicative decrease, once per RTT.
-    fn reduce(&mut self, i: usize, now: u64, rtt_ns: u64) {
+    /// Multiplicative decrease, once per window of data.
+    fn reduce(&mut self, i: usize) {
         let f = &mut self.flows[i];
         f.aimd.cwnd = (f.aimd.cwnd / 2.0).max(MIN_WINDOW);
         f.aimd.ssthresh = f.aimd.cwnd;
-        f.aimd.recover_until_ns = now + rtt_ns;
+        f.aimd.recover_seq = f.sent;
         f.report.reductions += 1;
     }
 
@@ -320,6 +323,9 @@ impl Sim<'_> {
         let f = &mut self.flows[i];
         let seq = f.sent;
         f.sent += 1;
+        if count_active(&mut f.entry, self.fair.epoch) {
+            self.fair.active_now += 1;
+        }
         let verdict = decide(&mut f.entry, &pkt, mult, &params);
         let v = &mut f.report.verdicts;
         match verdict {
@@ -338,13 +344,14 @@ impl Sim<'_> {
                 self.fair.mult_q16,
                 self.fair.backlogged_now,
                 self.fair.backlogged_ref_q8.div_ceil(256),
+                mult_cap(self.fair.active_last, self.fair.active_now),
             );
         }
         let Some(stamp) = verdict.departure_ns(now) else {
             // Noticed about one RTT after the flow's next departure.
             if matches!(f.source, Source::Aimd { .. }) {
                 let t = f.entry.t_next_ns.max(now) + rtt;
-                self.push(t, i, Kind::Loss);
+                self.push(t, i, Kind::Loss { seq });
             }
             return;
         };
@@ -373,7 +380,7 @@ impl Sim<'_> {
         });
         if matches!(f.source, Source::Aimd { .. }) {
             let ce = matches!(verdict, Verdict::Mark { .. });
-            self.push(depart + rtt, i, Kind::Ack { ce });
+            self.push(depart + rtt, i, Kind::Ack { ce, seq });
         }
     }
 

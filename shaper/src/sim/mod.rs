@@ -23,7 +23,8 @@
 //!   receiver; ACKs reach the sender one RTT after the departure.
 //! - Sources ([`Source`]): window-limited AIMD bulk flows (Reno-like:
 //!   slow start to the first congestion signal, +1 packet per RTT after it,
-//!   halving on a loss or on an echoed CE mark at most once per RTT),
+//!   halving on a loss or on an echoed CE mark at most once per window of
+//!   data: signals about packets sent before the last halving are ignored),
 //!   periodic sparse flows (a ping) and unresponsive constant-rate flows
 //!   (UDP), each active between a start and an optional stop time.
 //! - A drop is noticed by the AIMD sender one RTT after the flow's next
