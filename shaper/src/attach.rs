@@ -38,6 +38,7 @@ use crate::{
     bpf,
     checks::CheckError,
     config::RunConfig,
+    gso,
     link::{Link, link_by_name},
     state::{AttachMode, Paths, Record, ensure_bpffs, remove_record},
     tc,
@@ -107,6 +108,15 @@ pub enum AttachError {
     /// State files or pins.
     #[error(transparent)]
     State(#[from] crate::state::StateError),
+    /// Lowering or restoring the device's GSO size.
+    #[error("on '{iface}'")]
+    Gso {
+        /// The interface.
+        iface: String,
+        /// The cause.
+        #[source]
+        source: crate::gso::GsoError,
+    },
     /// Pinning or reading pinned objects.
     #[error("{op} {path}: {detail}")]
     Pin {
@@ -245,10 +255,19 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
         created_clsact: false,
         replaced_root: false,
         snapshot: snapshot.encode(),
+        gso_before: None,
     };
     record.store(&paths.record)?;
 
-    match attach_steps(&mut ebpf, link, &paths, &mut record, &config.fq_params()) {
+    let gso_cap = gso::cap_bytes(config.rate.bytes_per_s(), link.mtu_bytes);
+    match attach_steps(
+        &mut ebpf,
+        link,
+        &paths,
+        &mut record,
+        &config.fq_params(),
+        gso_cap,
+    ) {
         Ok(()) => Ok(Shaped {
             record,
             paths,
@@ -271,8 +290,28 @@ fn attach_steps(
     paths: &Paths,
     record: &mut Record,
     fq: &tc::FqParams,
+    gso_cap: u32,
 ) -> Result<(), AttachError> {
     let iface = link.name.as_str();
+    // 4b. Local senders' GSO size ([`crate::gso`]). Recorded first; restoring
+    // sizes that were never changed is harmless.
+    if let Some((before, next)) = link
+        .gso
+        .and_then(|now| gso::capped(now, gso_cap).map(|next| (now, next)))
+    {
+        record.gso_before = Some(before);
+        record.store(&paths.record)?;
+        gso::set(link.ifindex, next).map_err(|source| AttachError::Gso {
+            iface: iface.to_owned(),
+            source,
+        })?;
+        info!(
+            iface,
+            from = before.max_bytes,
+            to = next.max_bytes,
+            "lowered the GSO size for local senders"
+        );
+    }
     // 5. sch_fq as root. Record first: a crash between the two leaves a
     // record that says "maybe replaced", and restore is idempotent.
     record.replaced_root = true;
@@ -478,6 +517,16 @@ pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
             ),
             Err(e) => keep(Err(tc_err("reading the root qdisc", iface)(e))),
         }
+    }
+
+    // GSO sizes.
+    if let (Some(before), true) = (record.gso_before, present) {
+        keep(
+            gso::set(record.ifindex, before).map_err(|source| AttachError::Gso {
+                iface: iface.to_owned(),
+                source,
+            }),
+        );
     }
 
     // Pins and record.

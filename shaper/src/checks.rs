@@ -239,6 +239,7 @@ mod tests {
             has_l2_header: true,
             tx_queues: 1,
             mtu_bytes: 1500,
+            gso: None,
         };
         let err = check_link(&link).expect_err("down");
         assert!(err.to_string().contains("ip link set veth9 up"), "{err}");

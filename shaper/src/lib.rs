@@ -12,6 +12,7 @@ pub mod checks;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod gso;
 pub mod lab;
 pub mod link;
 pub mod pacer;

@@ -1,5 +1,6 @@
 //! Interface facts the shaper needs before touching anything: does it exist,
-//! is it up, does it carry a link-layer header, how many TX queues has it.
+//! is it up, does it carry a link-layer header, how many TX queues has it,
+//! what are its MTU and GSO limits.
 //!
 //! One RTM_GETLINK request by name over rtnetlink (netlink-packet-route), in
 //! the caller's network namespace. Read-only.
@@ -12,6 +13,8 @@ use netlink_packet_route::{
     link::{LinkAttribute, LinkFlags, LinkLayerType, LinkMessage, State},
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+use crate::gso::GsoSizes;
 
 /// What the shaper needs to know about an interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +33,8 @@ pub struct Link {
     pub tx_queues: u32,
     /// MTU in bytes.
     pub mtu_bytes: u32,
+    /// GSO size limits, when the kernel reports `IFLA_GSO_MAX_SIZE`.
+    pub gso: Option<GsoSizes>,
 }
 
 /// Failures looking an interface up.
@@ -144,12 +149,21 @@ fn from_message(msg: &LinkMessage) -> Link {
         ),
         tx_queues: 1,
         mtu_bytes: 0,
+        gso: None,
     };
+    let mut ipv4_gso = None;
     for attr in &msg.attributes {
         match attr {
             LinkAttribute::IfName(n) => link.name = n.clone(),
             LinkAttribute::NumTxQueues(q) => link.tx_queues = *q,
             LinkAttribute::Mtu(m) => link.mtu_bytes = *m,
+            LinkAttribute::GsoMaxSize(g) => {
+                link.gso = Some(GsoSizes {
+                    max_bytes: *g,
+                    ipv4_max_bytes: None,
+                })
+            }
+            LinkAttribute::GsoIpv4MaxSize(g) => ipv4_gso = Some(*g),
             LinkAttribute::OperState(s) => {
                 link.oper_state = match s {
                     State::Up => "up",
@@ -164,6 +178,9 @@ fn from_message(msg: &LinkMessage) -> Link {
             }
             _ => {}
         }
+    }
+    if let Some(g) = link.gso.as_mut() {
+        g.ipv4_max_bytes = ipv4_gso;
     }
     link
 }

@@ -25,6 +25,8 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use crate::gso::GsoSizes;
+
 /// bpffs's magic number (include/uapi/linux/magic.h).
 const BPF_FS_MAGIC: i64 = 0xcafe_4a11;
 
@@ -238,6 +240,9 @@ pub struct Record {
     pub replaced_root: bool,
     /// `shaper::tc` snapshot of the root qdisc tree before the change.
     pub snapshot: Vec<u8>,
+    /// The device's GSO sizes before the shaper lowered them
+    /// ([`crate::gso`]); `None` when it did not.
+    pub gso_before: Option<GsoSizes>,
 }
 
 const MAGIC_LINE: &str = "shaper-state 1";
@@ -271,6 +276,10 @@ impl Record {
         kv("created_clsact", u8::from(self.created_clsact).to_string());
         kv("replaced_root", u8::from(self.replaced_root).to_string());
         kv("snapshot", hex(&self.snapshot));
+        if let Some(g) = self.gso_before {
+            let v4 = g.ipv4_max_bytes.map_or("-".to_owned(), |v| v.to_string());
+            kv("gso_before", format!("{}:{v4}", g.max_bytes));
+        }
         out
     }
 
@@ -325,6 +334,20 @@ impl Record {
             }
         };
         let too_big = |k: &str| damaged(format!("{k} out of range"));
+        let gso_before = match get.get("gso_before") {
+            None => None,
+            Some(v) => {
+                let bad = || damaged(format!("gso_before={v} is not SIZE:SIZE or SIZE:-"));
+                let (max, v4) = v.split_once(':').ok_or_else(bad)?;
+                Some(GsoSizes {
+                    max_bytes: max.parse().map_err(|_| bad())?,
+                    ipv4_max_bytes: match v4 {
+                        "-" => None,
+                        n => Some(n.parse().map_err(|_| bad())?),
+                    },
+                })
+            }
+        };
         Ok(Self {
             iface: field("iface")?.to_owned(),
             ifindex: u32::try_from(num("ifindex")?).map_err(|_| too_big("ifindex"))?,
@@ -335,6 +358,7 @@ impl Record {
             replaced_root: flag("replaced_root")?,
             snapshot: unhex(field("snapshot")?)
                 .ok_or_else(|| damaged("snapshot is not hex".into()))?,
+            gso_before,
         })
     }
 
@@ -451,6 +475,10 @@ mod tests {
             created_clsact: true,
             replaced_root: true,
             snapshot: vec![0, 1, 0xfe, 0xff],
+            gso_before: Some(GsoSizes {
+                max_bytes: 65_536,
+                ipv4_max_bytes: None,
+            }),
         }
     }
 
@@ -458,6 +486,20 @@ mod tests {
     fn record_round_trips() {
         for attach in [None, Some(AttachMode::Tcx), sample().attach] {
             let r = Record { attach, ..sample() };
+            let back = Record::decode(&r.encode(), Path::new("x")).expect("decodes");
+            assert_eq!(back, r);
+        }
+        for gso_before in [
+            None,
+            Some(GsoSizes {
+                max_bytes: 3028,
+                ipv4_max_bytes: Some(185_000),
+            }),
+        ] {
+            let r = Record {
+                gso_before,
+                ..sample()
+            };
             let back = Record::decode(&r.encode(), Path::new("x")).expect("decodes");
             assert_eq!(back, r);
         }
@@ -474,6 +516,8 @@ mod tests {
             good.replace("created_clsact=1", "created_clsact=2"),
             good.replace("netlink:49152:1", "netlink:49152"),
             good.replace("iface=veth0\n", ""),
+            good.replace("gso_before=65536:-", "gso_before=65536"),
+            good.replace("gso_before=65536:-", "gso_before=big:-"),
         ];
         for text in cases {
             assert!(

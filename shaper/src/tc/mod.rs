@@ -47,7 +47,7 @@ mod fixups;
 mod fq;
 mod install;
 pub mod message;
-mod netlink;
+pub(crate) mod netlink;
 mod order;
 mod probe;
 mod restore;
