@@ -320,7 +320,7 @@ fn tcp_keeps_40_percent_beside_a_udp_flood() {
 }
 
 /// Test 5: with ECN negotiated, the shaper's AQM marks instead of dropping:
-/// `ce_marked` > 0 and `aqm_drop` ≤ `ce_marked` / 10. CAKE's marks show the
+/// `ce_marked` > 0, and `aqm_drop` and `horizon_drop` each ≤ `ce_marked` / 10. CAKE's marks show the
 /// testbed really negotiated ECN.
 #[test]
 fn ecn_flows_are_marked_not_dropped() {
@@ -333,7 +333,25 @@ fn ecn_flows_are_marked_not_dropped() {
     });
     let r = rate("50mbit");
     eprintln!("ECN, 4 flows at {r}:");
-    let (cake, ours) = cake_then_shaper(&tb, r, &[FlowSpec::tcp(Host::Client, 4)], short(), None);
+    let flows = vec![FlowSpec::tcp(Host::Client, 4)];
+    let cake = run(
+        &tb,
+        Scenario::new(State::Cake { rate: r }, flows.clone(), short()),
+    );
+    let ours = run(
+        &tb,
+        Scenario::new(shaper(r), flows, short()).with_counter_samples(Duration::from_millis(500)),
+    );
+    for (t, c) in &ours.counter_series {
+        let get = |k: &str| c.get(k).copied().unwrap_or(0);
+        eprintln!(
+            "    {t:5.2} s: paced {} ce {} aqm_drop {} horizon_drop {}",
+            get("paced"),
+            get("ce_marked"),
+            get("aqm_drop"),
+            get("horizon_drop")
+        );
+    }
     let q = cake.qdisc.as_ref().expect("cake statistics");
     eprintln!(
         "  cake: ecn_mark {:?}, drops {}, retrans {}",
@@ -357,6 +375,16 @@ fn ecn_flows_are_marked_not_dropped() {
     assert!(
         dropped <= marked / 10,
         "aqm_drop {dropped} is more than a tenth of ce_marked {marked}"
+    );
+    // Nor do the flows run into the horizon (slow start once did, when the
+    // share fell to C/21: see `shaper_common::fair::mult_cap`).
+    let horizon = counters
+        .get("horizon_drop")
+        .copied()
+        .expect("horizon_drop counter");
+    assert!(
+        horizon <= marked / 10,
+        "horizon_drop {horizon} is more than a tenth of ce_marked {marked}"
     );
 }
 

@@ -59,6 +59,10 @@ pub struct Scenario {
     pub timing: Timing,
     /// A live rate change, if any.
     pub rate_change: Option<RateChange>,
+    /// Read the shaper's counters this often during the run (`None`: only
+    /// after it). Each read runs `shaper status`, which costs CPU: leave it
+    /// off where CPU is measured.
+    pub counter_every: Option<Duration>,
 }
 
 impl Scenario {
@@ -71,12 +75,20 @@ impl Scenario {
             ping_interval: Duration::from_millis(50),
             timing,
             rate_change: None,
+            counter_every: None,
         }
     }
 
     /// The same with ping from `host` every 50 ms during the measured time.
     pub fn with_ping(mut self, host: Host) -> Self {
         self.ping_from = Some(host);
+        self
+    }
+
+    /// The same with the shaper's counters read every `every` during the
+    /// run ([`RunResult::counter_series`]).
+    pub fn with_counter_samples(mut self, every: Duration) -> Self {
+        self.counter_every = Some(every);
         self
     }
 
@@ -116,6 +128,9 @@ pub struct RunResult {
     pub counters: Result<BTreeMap<String, u64>, LabError>,
     /// The WAN root qdisc's statistics after the run.
     pub qdisc: Result<QdiscStats, LabError>,
+    /// Counters read during the run (seconds after the clients started,
+    /// counters), when the scenario asked for them and the state has them.
+    pub counter_series: Vec<(f64, BTreeMap<String, u64>)>,
     /// When the rate change was issued and when its command returned, after
     /// the clients started.
     pub rate_changed_at: Option<(Duration, Duration)>,
@@ -243,11 +258,32 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
         )
     });
     let mut rate_changed_at = None;
-    if let Some(change) = scenario.rate_change {
-        sleep(change.after.saturating_sub(started.elapsed()));
-        let issued = started.elapsed();
-        applied.set_rate(change.rate)?;
-        rate_changed_at = Some((issued, started.elapsed()));
+    let mut counter_series = Vec::new();
+    let mut pending_change = scenario.rate_change;
+    let sample_every = scenario
+        .counter_every
+        .filter(|_| matches!(scenario.state, State::Shaper { .. }));
+    let mut next_sample = sample_every;
+    let end = scenario.timing.total();
+    loop {
+        let due_change = pending_change.map(|c| c.after);
+        let due_sample = next_sample.filter(|&t| t < end);
+        let Some(due) = due_change.into_iter().chain(due_sample).min() else {
+            break;
+        };
+        sleep(due.saturating_sub(started.elapsed()));
+        if let Some(change) = pending_change.filter(|c| c.after <= due) {
+            let issued = started.elapsed();
+            applied.set_rate(change.rate)?;
+            rate_changed_at = Some((issued, started.elapsed()));
+            pending_change = None;
+        }
+        if let (Some(t), Some(every)) = (next_sample.filter(|&t| t <= due), sample_every) {
+            if let Ok(c) = applied.counters() {
+                counter_series.push((started.elapsed().as_secs_f64(), c));
+            }
+            next_sample = Some(t + every);
+        }
     }
     let mut flows = Vec::with_capacity(clients.len());
     for (client, spec) in clients.into_iter().zip(&scenario.flows) {
@@ -283,6 +319,7 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
         cpu,
         counters,
         qdisc,
+        counter_series,
         rate_changed_at,
         phases,
     };

@@ -93,6 +93,20 @@ cat_out=$!
 cat /job-err >"$err" &
 cat_err=$!
 
+# Hold the static keys that tests would otherwise flip on and off while
+# traffic flows: under multi-threaded TCG a vCPU can still run code that
+# text_poke_bp has just patched back, hit the transient int3 and oops (seen
+# in netif_rx_internal's net_timestamp_check when a ping started under
+# load). A ping to loopback keeps netstamp_needed_key on (iputils ping asks
+# for SO_TIMESTAMP); a clsact qdisc on a spare veth keeps the TC
+# ingress/egress keys on. Best effort: a failure only loses the guard.
+chroot "$r" ping -q -i 60 127.0.0.1 >/dev/null 2>&1 &
+if chroot "$r" ip link add vmkeys0 type veth peer name vmkeys1 2>/dev/null; then
+    chroot "$r" tc qdisc add dev vmkeys0 clsact 2>/dev/null || echo "vm-init: no clsact guard"
+else
+    echo "vm-init: no veth for the clsact guard"
+fi
+
 : >"$r$RUN_DIR/started" || die "cannot write to the run directory $RUN_DIR"
 env -i chroot "$r" /bin/sh "$RUN_DIR/job.sh" </dev/null >/job-out 2>/job-err
 code=$?
