@@ -5,7 +5,11 @@
 use std::fmt::Write as _;
 
 use aya::maps::{Array, PerCpuArray};
-use shaper_common::{config::PacerConfig, counters::Counter};
+use shaper_common::{
+    config::PacerConfig,
+    counters::Counter,
+    fair::{FairState, MULT_ONE},
+};
 
 use crate::{
     attach::{AttachError, open_pinned, pins},
@@ -30,6 +34,8 @@ pub struct IfaceStatus {
     pub config: Option<PacerConfig>,
     /// Counters summed over CPUs, if the pins are visible here.
     pub counters: Option<Vec<(Counter, u64)>>,
+    /// The fair pacer's shared state, if the pins are visible here.
+    pub fair: Option<FairState>,
 }
 
 /// Collects the status of `iface`, or of every recorded interface in this
@@ -75,7 +81,11 @@ pub fn collect(
                     })
                     .collect()
             });
+        let fair = open_pinned(&paths.pin_dir.join(pins::FAIR))?
+            .and_then(|m| Array::<_, FairState>::try_from(m).ok())
+            .and_then(|a| a.get(&0, 0).ok());
         out.push(IfaceStatus {
+            fair,
             pid_alive: crate::state::pid_alive(record.pid),
             present,
             root_qdisc,
@@ -117,6 +127,17 @@ pub fn to_json(st: &IfaceStatus) -> String {
             "generation": c.generation,
         });
     }
+    if let (Some(f), Some(c)) = (&st.fair, &st.config)
+        && c.fair()
+    {
+        v["fair"] = serde_json::json!({
+            "multiplier_q16": f.mult_q16,
+            "share_bytes_per_s": fair_share(c.rate_bytes_per_s, f.mult_q16),
+            "active_flows": f.active_last.max(f.active_now),
+            "backlogged_flows": f.backlogged_ref_q8.div_ceil(256),
+            "epoch_updates": f.updates,
+        });
+    }
     if let Some(counters) = &st.counters {
         let map: serde_json::Map<String, serde_json::Value> = counters
             .iter()
@@ -125,6 +146,13 @@ pub fn to_json(st: &IfaceStatus) -> String {
         v["counters"] = serde_json::Value::Object(map);
     }
     v.to_string()
+}
+
+/// The rate each backlogged flow gets: the rate divided by the multiplier.
+pub fn fair_share(rate_bytes_per_s: u64, mult_q16: u64) -> u64 {
+    let m = mult_q16.max(MULT_ONE);
+    u64::try_from(u128::from(rate_bytes_per_s) * u128::from(MULT_ONE) / u128::from(m))
+        .unwrap_or(u64::MAX)
 }
 
 /// Human-readable report.
@@ -193,6 +221,16 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
                     },
                     (u64::from(c.flow_sets_mask) + 1) * shaper_common::flow::WAYS as u64
                 );
+                if let Some(f) = &st.fair {
+                    let _ = writeln!(
+                        s,
+                        "  fair share: {} bytes/s per backlogged flow (m = {:.2}); {} flows active, {} backlogged",
+                        fair_share(c.rate_bytes_per_s, f.mult_q16),
+                        f.mult_q16 as f64 / MULT_ONE as f64,
+                        f.active_last.max(f.active_now),
+                        f.backlogged_ref_q8.div_ceil(256)
+                    );
+                }
             }
         }
         match &st.counters {
@@ -211,4 +249,19 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fair_share_is_the_rate_over_the_multiplier() {
+        // m = 4: a quarter of 50 Mbit/s.
+        assert_eq!(fair_share(6_250_000, 4 * MULT_ONE), 1_562_500);
+        // m = 1.5 (Q16).
+        assert_eq!(fair_share(6_000_000, MULT_ONE * 3 / 2), 4_000_000);
+        // Below 1.0 (never written by the kernel) reads as 1.0.
+        assert_eq!(fair_share(6_000_000, 0), 6_000_000);
+    }
 }

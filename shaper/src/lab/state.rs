@@ -333,14 +333,23 @@ fn parse_counters(json: &str) -> Result<BTreeMap<String, u64>, String> {
         .get("counters")
         .and_then(Value::as_object)
         .ok_or("no \"counters\" object")?;
-    counters
+    let mut out = counters
         .iter()
         .map(|(k, v)| {
             v.as_u64()
                 .map(|n| (k.clone(), n))
                 .ok_or_else(|| format!("counter {k} is not an unsigned integer: {v}"))
         })
-        .collect()
+        .collect::<Result<BTreeMap<_, _>, _>>()?;
+    // The fair pacer's state, when present, as `fair.<name>`.
+    if let Some(fair) = obj.get("fair").and_then(Value::as_object) {
+        for (k, v) in fair {
+            if let Some(n) = v.as_u64() {
+                out.insert(format!("fair.{k}"), n);
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -354,6 +363,9 @@ mod tests {
         assert_eq!(c.get("paced"), Some(&10));
         assert_eq!(c.get("ce_marked"), Some(&3));
         let c = parse_counters(r#"[{"counters":{"aqm_drop":0}}]"#).expect("array form");
+        let f = parse_counters(r#"{"counters":{"paced":1},"fair":{"multiplier_q16":262144}}"#)
+            .expect("with the fair state");
+        assert_eq!(f.get("fair.multiplier_q16"), Some(&262_144));
         assert_eq!(c.get("aqm_drop"), Some(&0));
         assert!(parse_counters(r#"{"iface":"wan0"}"#).is_err());
         assert!(parse_counters("classifier: tcx").is_err());
