@@ -45,8 +45,11 @@
 //!     frames are Not-ECT with the same tuple, so every one is dropped. The
 //!     1 ns interval makes the control law space signals 0 ns apart; the code
 //!     path is the one a 100 ms interval takes at a signal.
-//!   - `horizon_drop`: one flow at 50 ms per frame, no priming: after eleven
-//!     paced frames every replay lies beyond the 500 ms horizon.
+//!   - `horizon_drop`: one flow at 50 ms per frame, ECT(0), no priming:
+//!     after ten kept frames (paced, then CE-marked: a mark keeps the packet
+//!     and advances the clock) every replay lies beyond the 500 ms horizon.
+//!     Not-ECT frames never get there: the overload rule drops them once
+//!     the flow is an interval behind.
 //!   - `flow_mix_10k` (the headline `classifier_ns_per_packet`): `flows`
 //!     distinct tuples (source port, then source address) at 1 ms per frame
 //!     (`repeat` = 4). Flows are taken in chunks of W: each flow of the chunk
@@ -642,12 +645,13 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     info!(ns = aqm.ns_per_packet, "aqm drop");
     paths.insert("aqm_drop", aqm);
 
-    // Horizon drop: a slow rate and one frame replayed.
+    // Horizon drop: a slow rate and one ECT(0) frame replayed (a Not-ECT
+    // one would be dropped by the overload rule before the horizon).
     b.prepare(rate, |_| {})?;
     let m = single_calls(
         &b,
         Prog::Egress,
-        &frame,
+        &ect,
         opts.calls,
         opts.repeat,
         Duration::ZERO,
