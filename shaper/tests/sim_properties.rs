@@ -59,7 +59,8 @@ fn shares(r: &SimReport, flows: &[usize], t0: u64, t1: u64) -> Vec<f64> {
 /// 10 % of the window covered the runs before the overload signal; with it
 /// (every packet of a flow an interval behind is signalled) Reno flows back
 /// off together more often, the share then runs up from near 1.0, and the
-/// worst 100 ms window carried 28 ms of excess: 15 % it is. This is not the
+/// worst 100 ms window carried 28 ms of excess: 15 % it is (with the
+/// quarter-step update and once-per-window AIMD reductions: 14 ms). This is not the
 /// issue's "rate × window + one burst quantum": a feedback-set share cannot
 /// give a constant burst; strict conformance needs a timing wheel of byte
 /// budgets (Carousel). Slow start is reported apart.
