@@ -18,9 +18,8 @@
 //! after a crash. `gso_ipv4_max_size` (Linux 6.3+, BIG TCP) is read and
 //! restored when the kernel reports it, since IPv4 sockets read that one.
 //!
-//! Units: bytes. Non-goals: `gso_max_segs` (TCP keeps its floor of two
-//! segments, `tcp_min_tso_segs`), GRO sizes, changing the cap with
-//! `set-rate` (sockets read it once, at connect).
+//! Units: bytes. Non-goals: `gso_max_segs`, GRO sizes, changing the cap
+//! with `set-rate` (sockets read it once, at connect).
 
 use netlink_packet_core::Emitable;
 use netlink_packet_route::link::{LinkAttribute, LinkMessage};
@@ -43,10 +42,16 @@ pub struct GsoSizes {
 }
 
 /// The GSO size for a shaped rate: one millisecond at the rate, at least
-/// two frames of `mtu_bytes` plus link header, at most 64 KB.
+/// four frames of `mtu_bytes` plus link header, at most 64 KB.
+///
+/// Why four frames for a floor of two segments: the kernel keeps
+/// `MAX_TCP_HEADER + 1` (about 320 B) of the limit for headers before it
+/// divides by the MSS (`sk_setup_caps`, `tcp_xmit_size_goal`); a limit of
+/// two frames (3028 B) gave one-segment packets on Linux 6.1, i.e. no GSO
+/// at all. Four frames leave three segments on 6.1 and 6.12.
 pub fn cap_bytes(rate_bytes_per_s: u64, mtu_bytes: u32) -> u32 {
     let one_ms = rate_bytes_per_s / 1_000;
-    let floor = 2 * (u64::from(mtu_bytes) + 14);
+    let floor = 4 * (u64::from(mtu_bytes) + 14);
     let cap = one_ms.max(floor).min(u64::from(GSO_LEGACY_MAX_BYTES));
     // At most 65536 after the min: fits.
     u32::try_from(cap).unwrap_or(GSO_LEGACY_MAX_BYTES)
@@ -110,15 +115,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn one_millisecond_at_the_rate_within_two_frames_and_64k() {
-        // 20 Mbit/s: 2500 B, below two 1500-byte frames.
-        assert_eq!(cap_bytes(2_500_000, 1500), 3028);
+    fn one_millisecond_at_the_rate_within_four_frames_and_64k() {
+        // 20 Mbit/s: 2500 B, below four 1500-byte frames.
+        assert_eq!(cap_bytes(2_500_000, 1500), 6056);
         // 200 Mbit/s: 25 KB.
         assert_eq!(cap_bytes(25_000_000, 1500), 25_000);
         // 1 Gbit/s and more: the legacy maximum.
         assert_eq!(cap_bytes(125_000_000, 1500), 65_536);
         // Jumbo frames raise the floor.
-        assert_eq!(cap_bytes(2_500_000, 9000), 18_028);
+        assert_eq!(cap_bytes(2_500_000, 9000), 36_056);
     }
 
     #[test]
@@ -128,10 +133,10 @@ mod tests {
             ipv4_max_bytes: Some(65_536),
         };
         assert_eq!(
-            capped(now, 3028),
+            capped(now, 6056),
             Some(GsoSizes {
-                max_bytes: 3028,
-                ipv4_max_bytes: Some(3028)
+                max_bytes: 6056,
+                ipv4_max_bytes: Some(6056)
             })
         );
         assert_eq!(capped(now, 65_536), None);

@@ -106,7 +106,7 @@ fn sigterm_restores_the_default_root() {
     let pair = Pair::new("term", 1);
     let before = pair.left.tc_state("left0");
     let gso_before = gso_max_size(&pair);
-    assert!(gso_before > 3028, "veth's default: {gso_before}");
+    assert!(gso_before > 6056, "veth's default: {gso_before}");
     let child = start(&pair, "20mbit");
     assert!(
         root_qdisc(&pair).contains("qdisc fq 5348:"),
@@ -114,8 +114,8 @@ fn sigterm_restores_the_default_root() {
         root_qdisc(&pair)
     );
     assert_ne!(pair.left.tc_state("left0"), before);
-    // 1 ms at 20 Mbit/s is 2500 B, below two 1514-byte frames: 3028.
-    assert_eq!(gso_max_size(&pair), 3028);
+    // 1 ms at 20 Mbit/s is 2500 B, below four 1514-byte frames: 6056.
+    assert_eq!(gso_max_size(&pair), 6056);
     let (code, out) = stop(child, libc::SIGTERM);
     assert_eq!(code, Some(0), "{out}");
     assert_eq!(pair.left.tc_state("left0"), before);
@@ -149,7 +149,7 @@ fn sigkill_then_cleanup_restores() {
     assert_eq!(code, None, "killed by a signal");
     // Left shaped, and status says the process is gone.
     assert!(root_qdisc(&pair).contains("fq 5348:"));
-    assert_eq!(gso_max_size(&pair), 3028);
+    assert_eq!(gso_max_size(&pair), 6056);
     assert!(
         status(&pair).contains("gone: run `shaper cleanup`"),
         "{}",
