@@ -227,27 +227,47 @@ fn vlan_id_is_part_of_the_flow_key() {
     assert_eq!(counted(&before, &h.counts(), Counter::FlowNew), 2);
 }
 
-#[test]
-fn the_multiplier_is_capped_by_the_active_flows() {
-    let Some(mut h) = Harness::load() else { return };
-    one_set(&mut h);
+/// Writes `state` as the fair state of the epoch before now, with
+/// `scheduled` epochs of transmission time in that epoch's slot, sends one
+/// packet (which rolls the epoch) and returns the epoch it used and the
+/// state after it. `None` when the call straddled an epoch boundary (8 ms):
+/// the update then has no measurement. Rare; the caller skips rather than
+/// assert nonsense.
+fn roll_with_one_packet(
+    h: &mut Harness,
+    state: FairState,
+    scheduled_ns: u64,
+) -> Option<(u64, FairState, FairState)> {
+    one_set(h);
     let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
-    // Slow-start bursts: m at 8 and the epoch twice over, with one flow
-    // in the last activity window and none yet in this one.
     let mut state = FairState {
         epoch: now_epoch - 1,
-        mult_q16: 8 * MULT_ONE,
-        active_last: 1,
-        ..FairState::default()
+        ..state
     };
-    state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = EPOCH_NS * 2;
+    state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = scheduled_ns;
     h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
     h.run(&udp4(1000, 0).bytes, None);
     let after = h.fair.get(&0, 0).expect("read");
     if after.epoch != now_epoch {
         eprintln!("skipped: crossed an epoch boundary during the test");
-        return;
+        return None;
     }
+    Some((now_epoch, state, after))
+}
+
+#[test]
+fn the_multiplier_is_capped_by_the_active_flows() {
+    let Some(mut h) = Harness::load() else { return };
+    // Slow-start bursts: m at 8 and the epoch twice over, with one flow
+    // in the last activity window and none yet in this one.
+    let state = FairState {
+        mult_q16: 8 * MULT_ONE,
+        active_last: 1,
+        ..FairState::default()
+    };
+    let Some((_, _, after)) = roll_with_one_packet(&mut h, state, EPOCH_NS * 2) else {
+        return;
+    };
     // One active flow: m is at most 2 (one flow of slack).
     assert_eq!(after.mult_q16, 2 * MULT_ONE);
 }
@@ -255,10 +275,7 @@ fn the_multiplier_is_capped_by_the_active_flows() {
 #[test]
 fn an_overfull_epoch_raises_the_multiplier_once() {
     let Some(mut h) = Harness::load() else { return };
-    one_set(&mut h);
-    let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
-    let mut state = FairState {
-        epoch: now_epoch - 1,
+    let state = FairState {
         mult_q16: 2 * MULT_ONE,
         // Three flows sent in this window: the cap (4) is above what the
         // update asks.
@@ -266,18 +283,12 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
         ..FairState::default()
     };
     // The epoch just finished carried 1.5 epochs of transmission time.
-    state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = EPOCH_NS * 3 / 2;
-    let mut library = state;
-    roll_epoch(&mut library, now_epoch);
-    h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
-    h.run(&udp4(1000, 0).bytes, None);
-    let after = h.fair.get(&0, 0).expect("read");
-    if after.epoch != now_epoch {
-        // The test straddled an epoch boundary (8 ms); the update then had
-        // no measurement. Rare; say so rather than assert nonsense.
-        eprintln!("skipped: crossed an epoch boundary during the test");
+    let Some((now_epoch, before, after)) = roll_with_one_packet(&mut h, state, EPOCH_NS * 3 / 2)
+    else {
         return;
-    }
+    };
+    let mut library = before;
+    roll_epoch(&mut library, now_epoch);
     assert_eq!(after.updates, 1);
     // The kernel ran the same update as the library: average 1.125 epochs,
     // so m grows by exp(1/32), about 3.2%.
