@@ -14,6 +14,7 @@ pub mod codel;
 pub mod config;
 pub mod counters;
 pub mod edt;
+pub mod event;
 pub mod fair;
 pub mod flow;
 pub mod rate;
@@ -31,6 +32,9 @@ pub mod maps {
     pub const FAIR: &str = "SHAPER_FAIR";
     /// `Array<FlowSet>`, one entry per set of the flow table.
     pub const FLOWS: &str = "SHAPER_FLOWS";
+    /// `RingBuf` of [`crate::event::Event`]s: the pacer's sampled packets
+    /// and flow starts and ends.
+    pub const EVENTS: &str = "SHAPER_EVENTS";
 }
 
 /// Name of the egress classifier program in the object file.
