@@ -21,3 +21,4 @@ pub mod sim;
 pub mod state;
 pub mod status;
 pub mod tc;
+pub mod telemetry;
