@@ -16,6 +16,7 @@ pub mod counters;
 pub mod edt;
 pub mod fair;
 pub mod flow;
+pub mod observe;
 pub mod rate;
 
 /// Names of the maps the classifier exports; the controller pins them under
