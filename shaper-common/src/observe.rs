@@ -8,12 +8,27 @@
 //! the program at ingress) that length includes the link-layer header, as the
 //! interface's own `tx_bytes`/`rx_bytes` do on veth and most Ethernet drivers.
 //!
+//! A GSO super-packet may be cut into segments *after* the egress hook (when
+//! the device refuses its size, e.g. below a lowered `gso_max_size`), and a
+//! NIC counts the segments it receives before GRO merges them; each segment
+//! repeats the headers. So the hook also counts what the packet is on the
+//! wire: `gso_segs` packets and `skb->len` plus the headers every segment
+//! after the first repeats (`crate::rate::wire_len_bytes`). The interface's
+//! count then lies between the two for traffic that passed the hook.
+//!
+//! Configuration: [`OBSERVE_FLAGS_MAP`], one `u32` of flags
+//! ([`crate::config::FLAG_NO_L2`] for devices without a link-layer header),
+//! written before the programs are attached.
+//!
 //! Invariant: indices are dense and never reused; new ones are appended.
 //! Non-goals: per-flow or per-protocol counts (the pacer's own counters and
 //! conntrack's give those).
 
 /// Name of the observer's per-CPU counter map in the object file.
 pub const OBSERVE_COUNTERS_MAP: &str = "OBSERVE_COUNTERS";
+
+/// Name of the observer's one-entry `Array<u32>` of flags.
+pub const OBSERVE_FLAGS_MAP: &str = "OBSERVE_FLAGS";
 
 /// Name of the counting classifier for the egress hook.
 pub const OBSERVE_EGRESS_PROGRAM: &str = "observe_egress";
@@ -40,15 +55,23 @@ pub enum Kind {
     Packets = 0,
     /// Bytes of `skb->len`.
     Bytes = 1,
+    /// Segments on the wire: `gso_segs` for a GSO packet, else 1.
+    WirePackets = 2,
+    /// Bytes on the wire: `skb->len` plus the headers each GSO segment
+    /// after the first repeats.
+    WireBytes = 3,
 }
 
-/// Number of entries in [`OBSERVE_COUNTERS_MAP`].
-pub const OBSERVE_COUNTERS: u32 = 4;
+/// Kinds per direction.
+pub const KINDS: u32 = 4;
 
-/// The array index of `(direction, kind)`: `direction * 2 + kind`.
+/// Number of entries in [`OBSERVE_COUNTERS_MAP`].
+pub const OBSERVE_COUNTERS: u32 = 2 * KINDS;
+
+/// The array index of `(direction, kind)`: `direction * KINDS + kind`.
 #[inline(always)]
 pub const fn slot(direction: Direction, kind: Kind) -> u32 {
-    (direction as u32) * 2 + kind as u32
+    (direction as u32) * KINDS + kind as u32
 }
 
 #[cfg(test)]
@@ -57,13 +80,20 @@ mod tests {
 
     #[test]
     fn slots_are_dense_and_distinct() {
-        let all = [
-            slot(Direction::Egress, Kind::Packets),
-            slot(Direction::Egress, Kind::Bytes),
-            slot(Direction::Ingress, Kind::Packets),
-            slot(Direction::Ingress, Kind::Bytes),
-        ];
-        assert_eq!(all, [0, 1, 2, 3]);
+        let mut all = [0u32; OBSERVE_COUNTERS as usize];
+        let mut i = 0;
+        for d in [Direction::Egress, Direction::Ingress] {
+            for k in [
+                Kind::Packets,
+                Kind::Bytes,
+                Kind::WirePackets,
+                Kind::WireBytes,
+            ] {
+                all[i] = slot(d, k);
+                i += 1;
+            }
+        }
+        assert_eq!(all, [0, 1, 2, 3, 4, 5, 6, 7]);
         assert!(all.iter().all(|s| *s < OBSERVE_COUNTERS));
     }
 }

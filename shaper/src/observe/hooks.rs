@@ -24,17 +24,18 @@
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::PerCpuArray,
+    maps::{Array, PerCpuArray},
     programs::{
         LinkOrder, ProgramError, SchedClassifier, TcAttachType,
         tc::{NlOptions, SchedClassifierLinkId, TcAttachOptions},
     },
 };
 use shaper_common::{
+    config::FLAG_NO_L2,
     maps,
     observe::{
-        Direction, Kind, OBSERVE_COUNTERS_MAP, OBSERVE_EGRESS_PROGRAM, OBSERVE_INGRESS_PROGRAM,
-        slot,
+        Direction, Kind, OBSERVE_COUNTERS_MAP, OBSERVE_EGRESS_PROGRAM, OBSERVE_FLAGS_MAP,
+        OBSERVE_INGRESS_PROGRAM, slot,
     },
 };
 use tracing::{info, warn};
@@ -92,8 +93,10 @@ fn load_err(e: impl std::fmt::Display) -> ObserveError {
     }
 }
 
-/// Loads the object and the two programs. Changes nothing on any interface.
-pub fn load() -> Result<Ebpf, ObserveError> {
+/// Loads the object and the two programs, and sets their flags
+/// (`has_l2`: frames start with a link-layer header). Changes nothing on
+/// any interface.
+pub fn load(has_l2: bool) -> Result<Ebpf, ObserveError> {
     let object = bpf::object()?;
     let mut ebpf = EbpfLoader::new()
         .map_max_entries(maps::FLOWS, 1)
@@ -102,6 +105,12 @@ pub fn load() -> Result<Ebpf, ObserveError> {
     for name in [OBSERVE_EGRESS_PROGRAM, OBSERVE_INGRESS_PROGRAM] {
         program(&mut ebpf, name)?.load().map_err(load_err)?;
     }
+    let map = ebpf
+        .map_mut(OBSERVE_FLAGS_MAP)
+        .ok_or_else(|| load_err(format!("the object has no map {OBSERVE_FLAGS_MAP}")))?;
+    let mut flags: Array<_, u32> = Array::try_from(map).map_err(load_err)?;
+    let value = if has_l2 { 0 } else { FLAG_NO_L2 };
+    flags.set(0, value, 0).map_err(load_err)?;
     Ok(ebpf)
 }
 
@@ -115,7 +124,7 @@ fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier
 /// Loads and attaches both hooks to `link`. On failure, whatever was
 /// attached is taken off again before the error is returned.
 pub fn attach(link: &Link) -> Result<Hooks, ObserveError> {
-    let ebpf = load()?;
+    let ebpf = load(link.has_l2_header)?;
     let mode = if kernel_has_tcx() {
         Mode::Tcx
     } else {
@@ -177,8 +186,9 @@ impl Hooks {
         Ok(())
     }
 
-    /// The hooks' counters summed over CPUs: (egress, ingress).
-    pub fn counts(&self) -> Result<(Counts, Counts), ObserveError> {
+    /// The hooks' counters summed over CPUs: egress then ingress, each as
+    /// (skbs, wire segments).
+    pub fn counts(&self) -> Result<[(Counts, Counts); 2], ObserveError> {
         let ebpf = self
             .ebpf
             .as_ref()
@@ -191,16 +201,19 @@ impl Hooks {
             let per_cpu = array.get(&slot(d, k), 0).map_err(load_err)?;
             Ok(per_cpu.iter().fold(0u64, |a, v| a.saturating_add(*v)))
         };
-        Ok((
-            Counts {
-                packets: get(Direction::Egress, Kind::Packets)?,
-                bytes: get(Direction::Egress, Kind::Bytes)?,
-            },
-            Counts {
-                packets: get(Direction::Ingress, Kind::Packets)?,
-                bytes: get(Direction::Ingress, Kind::Bytes)?,
-            },
-        ))
+        let both = |d: Direction| -> Result<(Counts, Counts), ObserveError> {
+            Ok((
+                Counts {
+                    packets: get(d, Kind::Packets)?,
+                    bytes: get(d, Kind::Bytes)?,
+                },
+                Counts {
+                    packets: get(d, Kind::WirePackets)?,
+                    bytes: get(d, Kind::WireBytes)?,
+                },
+            ))
+        };
+        Ok([both(Direction::Egress)?, both(Direction::Ingress)?])
     }
 
     /// Takes both hooks off and, under clsact, removes clsact if we added it

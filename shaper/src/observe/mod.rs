@@ -11,9 +11,9 @@
 //! Sampling order: the interface's counters first, then the hooks'. On
 //! egress a packet passes the hook before the driver counts it, so a packet
 //! in flight at the sampling instant shows as hook-only (queued), never as
-//! bypass. On ingress the driver counts first; a packet between the two at
-//! the instant shows as bypass in that interval and is evened out by the
-//! next one (the cumulative figures are exact once traffic stops).
+//! bypass. On ingress the driver counts first; a packet in flight shows as
+//! one packet of bypass or hook-only in that interval and is evened out by
+//! the next one (the cumulative figures are exact once traffic stops).
 //!
 //! Non-goals: attributing bypass to flows (conntrack's own counters do that
 //! for offloaded flows), and counting what the hardware does in a switch
@@ -163,10 +163,11 @@ pub fn is_usage_error(e: &ObserveError) -> bool {
 fn sample(hooks: &hooks::Hooks, ifindex: u32) -> Result<Sample, ObserveError> {
     // Interface first, then hooks: see the module header.
     let iface = stats64::read(ifindex)?;
-    let (tx_hook, rx_hook) = hooks.counts()?;
+    let [(tx_hook, tx_wire), (rx_hook, rx_wire)] = hooks.counts()?;
     Ok(Sample {
         tx: DirSample {
             hook: tx_hook,
+            hook_wire: tx_wire,
             iface: Counts {
                 packets: iface.tx_packets,
                 bytes: iface.tx_bytes,
@@ -175,6 +176,7 @@ fn sample(hooks: &hooks::Hooks, ifindex: u32) -> Result<Sample, ObserveError> {
         },
         rx: DirSample {
             hook: rx_hook,
+            hook_wire: rx_wire,
             iface: Counts {
                 packets: iface.rx_packets,
                 bytes: iface.rx_bytes,

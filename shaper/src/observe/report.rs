@@ -5,12 +5,20 @@
 //! or start to now for the cumulative figures):
 //! - `hook`: packets and `skb->len` bytes the TC hook counted;
 //! - `iface`: the interface's own IFLA_STATS64 packets and bytes;
-//! - `bypass = iface - hook` when positive: traffic the interface carried that
-//!   never passed the hook (flow offload, `PACKET_QDISC_BYPASS`, XDP);
+//! - `hook_wire`: the same packets as segments on the wire (a GSO packet as
+//!   `gso_segs` packets, each repeating the headers): what the interface
+//!   counts if it segments after the hook or counts before GRO;
+//! - `bypass = iface - hook_wire` when positive: traffic the interface
+//!   carried that never passed the hook (flow offload, `PACKET_QDISC_BYPASS`,
+//!   XDP), beyond anything segmentation could explain;
 //! - `hook_only = hook - iface` when positive: traffic the hook saw that the
 //!   interface did not carry (yet): dropped by a qdisc or by a later TC
 //!   program, or still queued when the span ended. Kept apart so it never
 //!   shows as a negative bypass.
+//!
+//! An interface count between `hook` and `hook_wire` is fully explained, so
+//! both figures are lower bounds: segmentation can hide up to
+//! `hook_wire - hook` of bypass or of drops.
 //!
 //! On egress, the packets the driver counted in `tx_dropped` passed the hook
 //! but not `tx_packets`, so the packet figures add them to the interface's
@@ -52,6 +60,8 @@ impl Counts {
 pub struct DirSample {
     /// What the hook counted.
     pub hook: Counts,
+    /// What the hook counted, as segments on the wire.
+    pub hook_wire: Counts,
     /// What the interface counted.
     pub iface: Counts,
     /// The interface's dropped packets (`tx_dropped` or `rx_dropped`).
@@ -90,6 +100,8 @@ impl Dir {
 pub struct Comparison {
     /// Hook delta.
     pub hook: Counts,
+    /// Hook delta as segments on the wire.
+    pub hook_wire: Counts,
     /// Interface delta.
     pub iface: Counts,
     /// Interface-dropped packets in the span.
@@ -105,6 +117,7 @@ pub struct Comparison {
 /// Compares `dir` between `earlier` and `later`.
 pub fn compare(dir: Dir, earlier: &DirSample, later: &DirSample) -> Comparison {
     let hook = later.hook.since(earlier.hook);
+    let hook_wire = later.hook_wire.since(earlier.hook_wire);
     let iface = later.iface.since(earlier.iface);
     let dropped = later
         .iface_dropped_packets
@@ -115,9 +128,11 @@ pub fn compare(dir: Dir, earlier: &DirSample, later: &DirSample) -> Comparison {
         Dir::Tx => iface.packets.saturating_add(dropped),
         Dir::Rx => iface.packets,
     };
+    // The wire figures are never below the skb ones; `max` guards against
+    // an object that did not count them.
     let bypass = Counts {
-        packets: iface_packets_seen.saturating_sub(hook.packets),
-        bytes: iface.bytes.saturating_sub(hook.bytes),
+        packets: iface_packets_seen.saturating_sub(hook_wire.packets.max(hook.packets)),
+        bytes: iface.bytes.saturating_sub(hook_wire.bytes.max(hook.bytes)),
     };
     let hook_only = Counts {
         packets: hook.packets.saturating_sub(iface_packets_seen),
@@ -125,6 +140,7 @@ pub fn compare(dir: Dir, earlier: &DirSample, later: &DirSample) -> Comparison {
     };
     Comparison {
         hook,
+        hook_wire,
         iface,
         iface_dropped_packets: dropped,
         bypass,
@@ -165,6 +181,8 @@ impl Both {
             };
             put("hook_bytes", json!(c.hook.bytes));
             put("hook_packets", json!(c.hook.packets));
+            put("hook_wire_bytes", json!(c.hook_wire.bytes));
+            put("hook_wire_packets", json!(c.hook_wire.packets));
             put("iface_bytes", json!(c.iface.bytes));
             put("iface_packets", json!(c.iface.packets));
             put("iface_dropped_packets", json!(c.iface_dropped_packets));
@@ -195,6 +213,13 @@ impl Both {
                 c.bypass.packets,
                 pct_text(c.bypass_pct),
             );
+            if c.hook_wire != c.hook {
+                let _ = write!(
+                    s,
+                    " (hook as wire segments {} B/{} p)",
+                    c.hook_wire.bytes, c.hook_wire.packets
+                );
+            }
             if c.hook_only.bytes > 0 || c.hook_only.packets > 0 {
                 let _ = write!(
                     s,
@@ -280,6 +305,10 @@ mod tests {
                 packets: hook.0,
                 bytes: hook.1,
             },
+            hook_wire: Counts {
+                packets: hook.0,
+                bytes: hook.1,
+            },
             iface: Counts {
                 packets: iface.0,
                 bytes: iface.1,
@@ -351,6 +380,31 @@ mod tests {
     }
 
     #[test]
+    fn segmentation_after_the_hook_is_not_bypass() {
+        // 10 GSO packets of 10 segments, 66 B of headers each: the
+        // interface counts 100 packets and 9 * 66 B more per packet.
+        let mut later = dir((10, 100_000), (100, 100_000 + 10 * 9 * 66), 0);
+        later.hook_wire = Counts {
+            packets: 100,
+            bytes: 100_000 + 10 * 9 * 66,
+        };
+        let c = compare(Dir::Tx, &DirSample::default(), &later);
+        assert_eq!(c.bypass, Counts::default());
+        assert_eq!(c.hook_only, Counts::default());
+        // Beyond the wire figures it is bypass again.
+        later.iface.bytes += 5_000;
+        later.iface.packets += 50;
+        let c = compare(Dir::Tx, &DirSample::default(), &later);
+        assert_eq!(
+            c.bypass,
+            Counts {
+                packets: 50,
+                bytes: 5_000
+            }
+        );
+    }
+
+    #[test]
     fn zero_traffic_has_no_percentage() {
         let a = dir((5, 500), (5, 500), 0);
         let c = compare(Dir::Rx, &a, &a);
@@ -400,6 +454,8 @@ mod tests {
             for k in [
                 "hook_bytes",
                 "hook_packets",
+                "hook_wire_bytes",
+                "hook_wire_packets",
                 "iface_bytes",
                 "iface_packets",
                 "bypass_bytes",
