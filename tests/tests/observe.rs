@@ -88,19 +88,15 @@ struct Observer {
 }
 
 impl Observer {
-    fn start(ns: &NamedNs, iface: &str, duration: &str) -> Self {
-        let mut child = ns
-            .shaper()
-            .args([
-                "observe",
-                "--iface",
-                iface,
-                "--json",
-                "--duration",
-                duration,
-                "--interval",
-                "1s",
-            ])
+    /// Starts `shaper observe --json`; with no `duration`, it runs until
+    /// [`Observer::interrupt`].
+    fn start(ns: &NamedNs, iface: &str, duration: Option<&str>) -> Self {
+        let mut cmd = ns.shaper();
+        cmd.args(["observe", "--iface", iface, "--json", "--interval", "1s"]);
+        if let Some(d) = duration {
+            cmd.args(["--duration", d]);
+        }
+        let mut child = cmd
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -135,6 +131,14 @@ impl Observer {
             }
         }
         panic!("no interval record from shaper observe within 60 s: {seen:?}");
+    }
+
+    /// Sends SIGINT, which must end it cleanly (summary, exit 0).
+    fn interrupt(&self) {
+        let pid = i32::try_from(self.child.id()).expect("pid fits");
+        // SAFETY: kill has no memory-safety preconditions; the pid is our child.
+        let rc = unsafe { libc::kill(pid, libc::SIGINT) };
+        assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
     }
 
     /// Waits for the exit; returns every stdout line and stderr.
@@ -265,7 +269,7 @@ fn qdisc_bypass_frames_are_egress_bypass() {
     let pair = Pair::new("obyp", 1);
     static_neighbours(&pair);
     let before = pair.left.tc_state("left0");
-    let mut obs = Observer::start(&pair.left, "left0", "6s");
+    let mut obs = Observer::start(&pair.left, "left0", Some("6s"));
     let lines = obs.wait_attached();
     let sent = send_bypass_frames(&pair);
     let (lines, _) = obs.finish(lines);
@@ -297,7 +301,7 @@ fn ordinary_traffic_has_no_bypass() {
     let pair = Pair::new("oudp", 1);
     static_neighbours(&pair);
     let before = pair.left.tc_state("left0");
-    let mut obs = Observer::start(&pair.left, "left0", "6s");
+    let mut obs = Observer::start(&pair.left, "left0", Some("6s"));
     let lines = obs.wait_attached();
     let n = send_udp(&pair);
     let (lines, _) = obs.finish(lines);
@@ -366,31 +370,29 @@ fn bad_input_exits_2_and_attaches_nothing() {
     assert_eq!(pair.left.tc_state("left0"), before, "tc state changed");
 }
 
-#[test]
-fn observe_beside_a_running_pacer() {
-    if skip_unless_root() || skip_unless(kernel_has_fq(), "sch_fq") {
-        return;
-    }
-    let pair = Pair::new("opac", 1);
-    static_neighbours(&pair);
-    let mut pacer = pair
-        .left
+/// Starts `shaper run --iface IFACE --rate 200mbit` in `ns` and waits until
+/// `shaper status` shows its classifier attached.
+#[allow(
+    clippy::zombie_processes,
+    reason = "the child is returned to the caller, which waits on it"
+)]
+fn start_pacer(ns: &NamedNs, iface: &str) -> Child {
+    let child = ns
         .shaper()
-        .args(["run", "--iface", "left0", "--rate", "100mbit"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .args(["run", "--iface", iface, "--rate", "200mbit"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
         .spawn()
         .expect("spawn shaper run");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let st = pair
-            .left
+        let st = ns
             .shaper()
-            .args(["status", "--iface", "left0"])
+            .args(["status", "--iface", iface])
             .output()
             .expect("status");
         if text(&st).contains("classifier: ") {
-            break;
+            return child;
         }
         assert!(
             Instant::now() < deadline,
@@ -399,8 +401,27 @@ fn observe_beside_a_running_pacer() {
         );
         sleep(Duration::from_millis(200));
     }
+}
+
+/// Stops a pacer with SIGTERM; it must exit 0 (restored).
+fn stop_pacer(mut pacer: Child) {
+    let pid = i32::try_from(pacer.id()).expect("pid");
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child.
+    unsafe { libc::kill(pid, libc::SIGTERM) };
+    let st = pacer.wait().expect("wait pacer");
+    assert!(st.success(), "pacer exit {st}");
+}
+
+#[test]
+fn observe_beside_a_running_pacer() {
+    if skip_unless_root() || skip_unless(kernel_has_fq(), "sch_fq") {
+        return;
+    }
+    let pair = Pair::new("opac", 1);
+    static_neighbours(&pair);
+    let pacer = start_pacer(&pair.left, "left0");
     let with_pacer = pair.left.tc_state("left0");
-    let mut obs = Observer::start(&pair.left, "left0", "5s");
+    let mut obs = Observer::start(&pair.left, "left0", Some("5s"));
     let lines = obs.wait_attached();
     let n = send_udp(&pair);
     let (lines, _) = obs.finish(lines);
@@ -421,11 +442,7 @@ fn observe_beside_a_running_pacer() {
         .output()
         .expect("status");
     assert!(st.status.success(), "{}", text(&st));
-    let pid = i32::try_from(pacer.id()).expect("pid");
-    // SAFETY: kill has no memory-safety preconditions; the pid is our child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let out = pacer.wait().expect("wait pacer");
-    assert!(out.success(), "pacer exit {out}");
+    stop_pacer(pacer);
 }
 
 /// True when this kernel can run an nftables flowtable (probed in a
@@ -439,7 +456,7 @@ fn kernel_has_flowtable() -> bool {
         .args(["netns", "exec", &ns.name, "sh", "-c"])
         .arg(
             "ip link add p0 type veth peer name p1 && \
-             printf 'table inet probe { flowtable f { hook ingress priority 0; devices = { p0, p1 }; } }\\n' \
+             printf 'table inet probe {\\n flowtable f { hook ingress priority 0; devices = { p0, p1 }; }\\n}\\n' \
              | nft -f -",
         )
         .output()
@@ -486,13 +503,12 @@ fn flowtable_offload_is_listed() {
     }
     router.sh("sysctl -qw net.ipv4.ip_forward=1");
     router.sh(
-        "printf 'table inet obs {\\n flowtable ft { hook ingress priority 0; devices = { r0, r1 }; }\\n \
+        "printf 'table inet obs {\\n flowtable ft { hook ingress priority 0; devices = { r0, r1 }; counter; }\\n \
          chain forward { type filter hook forward priority 0; policy accept; meta l4proto tcp flow add @ft; }\\n}\\n' \
          | nft -f -",
     );
     // Per-entry counters for the listing (conntrack is loaded by now).
     router.sh("sysctl -qw net.netfilter.nf_conntrack_acct=1");
-    let before = router.tc_state("r1");
 
     let mut server_proc = server
         .command("iperf3")
@@ -501,18 +517,32 @@ fn flowtable_offload_is_listed() {
         .stderr(Stdio::null())
         .spawn()
         .expect("iperf3 -s");
-    sleep(Duration::from_millis(500));
+    // Under emulation iperf3 takes a while to listen.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !server.sh("ss -Hltn 'sport = :5201'").contains("5201") {
+        assert!(
+            Instant::now() < deadline,
+            "iperf3 -s did not listen in 30 s"
+        );
+        sleep(Duration::from_millis(200));
+    }
+    // The pacer on the WAN side too, to match the flow in its table.
+    let pacer = start_pacer(&router, "r1");
+    let before = router.tc_state("r1");
+    // Observe first (loading takes seconds under emulation), then start the
+    // flow, and stop observing while it still runs: a finished TCP flow
+    // leaves the flowtable, and its conntrack entry loses IPS_OFFLOAD.
+    let mut obs = Observer::start(&router, "r1", None);
+    let lines = obs.wait_attached();
     let client_proc = client
         .command("iperf3")
-        .args(["-c", "10.0.2.2", "-t", "12", "-b", "50M"])
+        .args(["-c", "10.0.2.2", "-t", "10", "-b", "50M"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("iperf3 -c");
-    // Let the flow establish and enter the flowtable first.
-    sleep(Duration::from_secs(2));
-    let mut obs = Observer::start(&router, "r1", "5s");
-    let lines = obs.wait_attached();
+    sleep(Duration::from_secs(7));
+    obs.interrupt();
     let (lines, _) = obs.finish(lines);
     let iperf = client_proc.wait_with_output().expect("iperf3 client");
     let _ = server_proc.kill();
@@ -532,20 +562,30 @@ fn flowtable_offload_is_listed() {
         flows.len() as u64,
         "summary count vs records"
     );
+    // iperf3 opens a control connection and a data connection to port
+    // 5201; the data one carries the megabytes.
     let data = flows
         .iter()
-        .find(|f| f["dport"] == 5201 && f["src"] == "10.0.1.2" && f["dst"] == "10.0.2.2")
+        .filter(|f| f["dport"] == 5201 && f["src"] == "10.0.1.2" && f["dst"] == "10.0.2.2")
+        .max_by_key(|f| f["orig_bytes"].as_u64().unwrap_or(0))
         .unwrap_or_else(|| panic!("the iperf3 flow is not listed as offloaded: {flows:?}"));
     assert_eq!(data["offload"], "software", "{data}");
     assert_eq!(data["proto"], "tcp", "{data}");
+    // The flowtable adds to the conntrack counters only with its `counter`
+    // flag (NF_FLOWTABLE_COUNTER); without it they stop at the handshake.
     assert!(
         data["orig_bytes"].as_u64().is_some_and(|b| b > 1_000_000),
         "conntrack counters with acct on: {data}"
     );
-    // What the hooks see of a software-offloaded flow: the flowtable's
-    // ingress hook runs after TC ingress, and it transmits through
-    // dev_queue_xmit, so TC egress sees the forwarded packets too: no
-    // bypass in either direction, while megabytes flow.
+    // The pacer on r1 saw the flow's packets: its table holds the tag.
+    assert_eq!(data["in_shaper_flow_table"], true, "{data}");
+    // What the hooks see of a software-offloaded flow (measured on 6.12):
+    // the flowtable's netfilter ingress hook runs after TC ingress, and it
+    // transmits through dev_queue_xmit (neigh_xmit), so TC egress sees the
+    // forwarded packets too: no bypass in either direction while megabytes
+    // flow. Software offload skips routing and the forward chain, not TC.
+    // (With the pacer's lowered gso_max_size the forwarded GRO packets are
+    // segmented after the hook; the wire figures account for that.)
     let tx_iface = u(&s, "tx_iface_bytes");
     assert!(tx_iface > 1_000_000, "little traffic forwarded: {s}");
     let tx_pct = s["tx_bypass_pct"].as_f64().expect("pct");
@@ -558,4 +598,5 @@ fn flowtable_offload_is_listed() {
     assert!(tx_pct < 1.0, "egress bypass under software offload: {s}");
     assert!(rx_pct < 1.0, "ingress bypass under software offload: {s}");
     assert_eq!(router.tc_state("r1"), before, "tc state changed");
+    stop_pacer(pacer);
 }
