@@ -600,3 +600,22 @@ fn flowtable_offload_is_listed() {
     assert_eq!(router.tc_state("r1"), before, "tc state changed");
     stop_pacer(pacer);
 }
+
+#[test]
+fn sigterm_ends_an_open_ended_run_cleanly() {
+    if skip_unless_root() {
+        return;
+    }
+    let pair = Pair::new("oterm", 1);
+    let before = pair.left.tc_state("left0");
+    let mut obs = Observer::start(&pair.left, "left0", None);
+    let lines = obs.wait_attached();
+    let pid = i32::try_from(obs.child.id()).expect("pid fits");
+    // SAFETY: kill has no memory-safety preconditions; the pid is our child.
+    let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
+    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
+    let (lines, _) = obs.finish(lines);
+    let s = summary(&lines);
+    assert!(s["duration_s"].as_f64().is_some_and(|d| d >= 1.0), "{s}");
+    assert_eq!(pair.left.tc_state("left0"), before, "tc state changed");
+}

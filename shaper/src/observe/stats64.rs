@@ -4,10 +4,13 @@
 //!
 //! What they count: on veth, `tx_bytes`/`rx_bytes` are `skb->len` at
 //! `veth_xmit`, where the data starts at the Ethernet header (header
-//! included, no FCS), and a GSO super-packet counts as one packet; most
-//! Ethernet drivers count the frame with its header too. A device that adds
-//! its own framing (FCS, PPPoE, tunnel headers) or counts GSO segments would
-//! differ from the hook by that much per packet; the host test checks veth.
+//! included, no FCS), one packet per skb it is handed: a GSO packet once,
+//! unless the core cut it into segments first (its length above the
+//! device's `gso_max_size`, as under `shaper run`). Most Ethernet drivers
+//! count frames with their header too, as segments. The hooks count both
+//! ways (see `shaper_common::observe`); a device that adds framing of its own
+//! (FCS, PPPoE, tunnel headers) differs by that much per packet. The tests
+//! check veth on 6.18, 6.12 and 6.1.
 
 use netlink_packet_core::{Emitable, Parseable};
 use netlink_packet_route::link::{LinkAttribute, LinkMessage, Stats64};
