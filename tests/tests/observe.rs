@@ -619,3 +619,76 @@ fn sigterm_ends_an_open_ended_run_cleanly() {
     assert!(s["duration_s"].as_f64().is_some_and(|d| d >= 1.0), "{s}");
     assert_eq!(pair.left.tc_state("left0"), before, "tc state changed");
 }
+
+/// Sums the observer's per-CPU counter `slot` over CPUs.
+fn observer_counter(ebpf: &aya::Ebpf, slot: u32) -> u64 {
+    let map = ebpf
+        .map(shaper_common::observe::OBSERVE_COUNTERS_MAP)
+        .expect("OBSERVE_COUNTERS in the object");
+    let array: aya::maps::PerCpuArray<_, u64> =
+        aya::maps::PerCpuArray::try_from(map).expect("per-CPU array");
+    array.get(&slot, 0).expect("read").iter().sum()
+}
+
+#[test]
+fn prog_test_run_counts_skbs_and_wire_segments_and_passes() {
+    use shaper::bpf::test_run::{SkBuff, run_skb};
+    use shaper_common::observe::{
+        Direction, Kind, OBSERVE_EGRESS_PROGRAM, OBSERVE_INGRESS_PROGRAM, slot,
+    };
+    use std::os::fd::AsFd;
+
+    if let Some(reason) = shaper_tests::bpf_harness::skip_reason() {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let mut ebpf = shaper::observe::hooks::load(true).expect("load the observer programs");
+    let frame = shaper_tests::bpf_harness::udp_frame(300);
+    // A GSO packet of 4 segments: each segment after the first repeats the
+    // 42 bytes of Ethernet, IPv4 and UDP headers on the wire.
+    let gso = SkBuff {
+        gso_segs: 4,
+        gso_size: 64,
+        ..SkBuff::default()
+    };
+    for (name, dir) in [
+        (OBSERVE_EGRESS_PROGRAM, Direction::Egress),
+        (OBSERVE_INGRESS_PROGRAM, Direction::Ingress),
+    ] {
+        let prog: &mut aya::programs::SchedClassifier = ebpf
+            .program_mut(name)
+            .expect("program")
+            .try_into()
+            .expect("classifier");
+        let fd = prog.fd().expect("loaded").try_clone().expect("dup fd");
+        let before: Vec<u64> = [
+            Kind::Packets,
+            Kind::Bytes,
+            Kind::WirePackets,
+            Kind::WireBytes,
+        ]
+        .iter()
+        .map(|k| observer_counter(&ebpf, slot(dir, *k)))
+        .collect();
+        let plain = run_skb(fd.as_fd(), &frame, None, 1).expect("test run");
+        assert_eq!(plain.retval, -1, "{name} must return TC_ACT_UNSPEC");
+        assert_eq!(plain.data, frame, "{name} must not change the packet");
+        let seg = run_skb(fd.as_fd(), &frame, Some(&gso), 1).expect("test run");
+        assert_eq!(seg.retval, -1, "{name} must return TC_ACT_UNSPEC");
+        let after: Vec<u64> = [
+            Kind::Packets,
+            Kind::Bytes,
+            Kind::WirePackets,
+            Kind::WireBytes,
+        ]
+        .iter()
+        .map(|k| observer_counter(&ebpf, slot(dir, *k)))
+        .collect();
+        let moved: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
+        assert_eq!(
+            moved,
+            vec![2, 600, 1 + 4, 300 + 300 + 3 * 42],
+            "{name}: packets, bytes, wire packets, wire bytes"
+        );
+    }
+}
