@@ -17,6 +17,7 @@ pub mod edt;
 pub mod event;
 pub mod fair;
 pub mod flow;
+pub mod observe;
 pub mod rate;
 
 /// Names of the maps the classifier exports; the controller pins them under

@@ -16,6 +16,8 @@ mod egress;
 #[cfg(target_arch = "bpf")]
 mod maps;
 #[cfg(target_arch = "bpf")]
+mod observe;
+#[cfg(target_arch = "bpf")]
 mod parse;
 #[cfg(target_arch = "bpf")]
 mod telemetry;

@@ -59,6 +59,28 @@ pub enum Command {
     /// Measure the classifier's cost per packet (BPF_PROG_TEST_RUN), or with
     /// --vm-part goodput, latency and CPU against CAKE in a lab.
     Bench(crate::bench::BenchArgs),
+    /// Count what passes the interface's TC hooks against its own counters,
+    /// to show traffic that bypasses them (flow offload), and list
+    /// offloaded conntrack flows. Attaches only counting hooks; leaves the
+    /// interface as found.
+    Observe(ObserveArgs),
+}
+
+/// Arguments of `shaper observe`.
+#[derive(Debug, Args)]
+pub struct ObserveArgs {
+    /// Interface to observe.
+    #[arg(long, value_name = "IF")]
+    pub iface: String,
+    /// Stop after this long (e.g. 30s); default: until SIGINT or SIGTERM.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub duration: Option<Duration>,
+    /// Time between interval lines (100ms to 3600s).
+    #[arg(long, value_name = "DURATION", default_value = "1s", value_parser = parse_duration)]
+    pub interval: Duration,
+    /// Newline-delimited JSON records; the last one is the summary.
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Arguments of `shaper run`.

@@ -264,3 +264,11 @@ pub fn cleanup(iface: Option<String>, force: bool) -> Result<()> {
 fn is_shaper_process(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "shaper")
 }
+
+/// `shaper observe`: validates the flags, then hands over to
+/// [`crate::observe::run`].
+pub fn observe(args: crate::cli::ObserveArgs) -> Result<()> {
+    let config =
+        crate::observe::ObserveConfig::new(args.iface, args.duration, args.interval, args.json)?;
+    crate::observe::run(config)
+}

@@ -15,6 +15,7 @@ pub mod config;
 pub mod gso;
 pub mod lab;
 pub mod link;
+pub mod observe;
 pub mod pacer;
 pub mod rate;
 pub mod sim;

@@ -16,6 +16,9 @@ fn exit_code(err: &anyhow::Error) -> i32 {
             || cause.is::<RateError>()
             || cause.is::<ConfigError>()
             || cause.is::<commands::StillRunning>()
+            || cause
+                .downcast_ref::<shaper::observe::ObserveError>()
+                .is_some_and(shaper::observe::is_usage_error)
             || matches!(
                 cause.downcast_ref::<LinkError>(),
                 Some(LinkError::NotFound { .. } | LinkError::InvalidName { .. })
@@ -48,6 +51,7 @@ fn main() {
         cli::Command::SetRate { iface, rate } => commands::set_rate(&iface, rate),
         cli::Command::Cleanup { iface, force } => commands::cleanup(iface, force),
         cli::Command::Bench(args) => shaper::bench::run(args),
+        cli::Command::Observe(args) => commands::observe(args),
     };
     if let Err(e) = result {
         eprintln!("shaper: {e:#}");

@@ -39,7 +39,17 @@ const DEBIAN_RUST_PACKAGES: [&str; 3] = ["rustc-web", "libstd-rust-web-dev", "ru
 /// What building bpf-linker needs.
 const LINKER_BUILD_PACKAGES: [&str; 3] = ["llvm-22-dev", "libzstd-dev", "zlib1g-dev"];
 /// Tools the tests and the lab drive, on the host and (shared) in the VM.
-pub const TEST_PACKAGES: [&str; 5] = ["iproute2", "iperf3", "iputils-ping", "bpftool", "procps"];
+/// nftables and conntrack: the observer's flowtable test (`nft`) and
+/// inspecting its conntrack entries by hand (`conntrack -L`).
+pub const TEST_PACKAGES: [&str; 7] = [
+    "iproute2",
+    "iperf3",
+    "iputils-ping",
+    "bpftool",
+    "procps",
+    "nftables",
+    "conntrack",
+];
 
 /// How to invoke cargo for the BPF build.
 #[derive(Clone, Debug)]

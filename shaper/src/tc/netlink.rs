@@ -88,7 +88,13 @@ pub(crate) struct Netlink {
 impl Netlink {
     /// Opens and binds the socket and turns on extended, capped ACKs.
     pub fn open() -> io::Result<Self> {
-        let mut socket = Socket::new(NETLINK_ROUTE)?;
+        Self::open_protocol(NETLINK_ROUTE)
+    }
+
+    /// Opens a socket of another netlink family (e.g. NETLINK_NETFILTER for
+    /// ctnetlink, whose dumps and errors follow the same rules).
+    pub fn open_protocol(protocol: isize) -> io::Result<Self> {
+        let mut socket = Socket::new(protocol)?;
         socket.bind_auto()?;
         // Old kernels lack these options; errors then simply carry no text.
         let _ = socket.set_ext_ack(true);
