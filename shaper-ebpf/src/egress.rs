@@ -25,9 +25,9 @@ use shaper_common::{
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
     fair::{
-        EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, average_scheduled, backlogged_reference,
-        count_active, count_backlogged, decide, join_mult, mult_cap, roll_active, slots_to_clear,
-        update_mult,
+        ACTIVE_WINDOW_SHIFT, EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, average_scheduled,
+        backlogged_reference, count_active, count_backlogged, decide, join_mult, mult_cap,
+        roll_active, slots_to_clear, update_mult,
     },
     flow::{FlowEntry, WAYS, Way, choose_way, set_and_tag},
     rate::wire_len_bytes,
@@ -266,20 +266,19 @@ unsafe fn roll_epoch(state: *mut shaper_common::fair::FairState, epoch: u64) -> 
             unsafe { atomic::store(slot, 0) };
         }
     }
-    // Activity windows (`shaper_common::fair::roll_active`). A packet
-    // counted on another CPU between the load and the store of
-    // `active_now` is lost from the count: the cap is a bound with one flow
-    // of slack, not a measurement.
+    // Activity windows (`shaper_common::fair::roll_active`). Stored only
+    // when a window ends: storing back the loaded values every epoch lost
+    // any count another CPU added between the load and the store. At a
+    // window's end such an increment can still be lost: the cap is a bound
+    // with one flow of slack, not a measurement.
     let last_p = unsafe { &raw mut (*state).active_last };
     let active_p = unsafe { &raw mut (*state).active_now };
-    let (last, active) = roll_active(
-        unsafe { atomic::load(last_p) },
-        unsafe { atomic::load(active_p) },
-        old,
-        epoch,
-    );
-    unsafe { atomic::store(last_p, last) };
-    unsafe { atomic::store(active_p, active) };
+    let (last0, active0) = unsafe { (atomic::load(last_p), atomic::load(active_p)) };
+    let (last, active) = roll_active(last0, active0, old, epoch);
+    if (old >> ACTIVE_WINDOW_SHIFT) != (epoch >> ACTIVE_WINDOW_SHIFT) {
+        unsafe { atomic::store(last_p, last) };
+        unsafe { atomic::store(active_p, active) };
+    }
     let cap = mult_cap(last, active);
     let m = if m > cap { cap } else { m };
     unsafe { atomic::store(avg_p, avg) };
