@@ -18,6 +18,7 @@ pub mod event;
 pub mod fair;
 pub mod flow;
 pub mod rate;
+pub mod trace;
 
 /// Names of the maps the classifier exports; the controller pins them under
 /// `/sys/fs/bpf/shaper/<iface>/` with the same names.

@@ -17,6 +17,8 @@ mod egress;
 mod maps;
 #[cfg(target_arch = "bpf")]
 mod parse;
+#[cfg(target_arch = "bpf")]
+mod trace;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]
