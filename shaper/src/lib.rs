@@ -8,6 +8,7 @@
 pub mod attach;
 pub mod bench;
 pub mod bpf;
+pub mod btf;
 pub mod checks;
 pub mod cli;
 pub mod commands;
@@ -21,3 +22,4 @@ pub mod sim;
 pub mod state;
 pub mod status;
 pub mod tc;
+pub mod trace;

@@ -16,6 +16,8 @@ fn exit_code(err: &anyhow::Error) -> i32 {
             || cause.is::<RateError>()
             || cause.is::<ConfigError>()
             || cause.is::<commands::StillRunning>()
+            || cause.is::<shaper::trace::TraceError>()
+            || cause.is::<shaper::bpf::ObjectError>()
             || matches!(
                 cause.downcast_ref::<LinkError>(),
                 Some(LinkError::NotFound { .. } | LinkError::InvalidName { .. })
@@ -48,6 +50,7 @@ fn main() {
         cli::Command::SetRate { iface, rate } => commands::set_rate(&iface, rate),
         cli::Command::Cleanup { iface, force } => commands::cleanup(iface, force),
         cli::Command::Bench(args) => shaper::bench::run(args),
+        cli::Command::Trace(args) => shaper::trace::run(args),
     };
     if let Err(e) = result {
         eprintln!("shaper: {e:#}");
