@@ -22,4 +22,5 @@ pub mod sim;
 pub mod state;
 pub mod status;
 pub mod tc;
+pub mod telemetry;
 pub mod trace;

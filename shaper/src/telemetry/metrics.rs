@@ -1,0 +1,212 @@
+//! A Prometheus text endpoint (exposition format 0.0.4) for `--metrics`.
+//!
+//! Names follow Prometheus conventions: a `shaper_` prefix, base units in
+//! the name (`_seconds`, `_bytes`), `_total` on counters. Per interface:
+//! the kernel's exact counters as `shaper_<name>_total`, the sampled
+//! delay as a summary `shaper_delay_seconds{quantile=…}`, and
+//! `shaper_flows`. Per flow, only the top N by rate (bounding label
+//! cardinality): `shaper_flow_rate_bytes_per_second`,
+//! `shaper_flow_bytes_total`, `shaper_flow_delay_seconds{quantile=…}`,
+//! `shaper_flow_drops_total` and `shaper_flow_marks_total`.
+//!
+//! The server answers any `GET` with the last rendered text (refreshed
+//! each interval) and closes the connection; it binds where told (the
+//! CLI's default is loopback). Non-goals: HTTP keep-alive, TLS, auth.
+
+use std::fmt::Write as _;
+
+use tokio::{
+    io::{AsyncReadExt, AsyncWriteExt},
+    net::TcpListener,
+    sync::watch,
+};
+use tracing::debug;
+
+use super::{FlowTable, Summary, flow_label};
+
+fn escape(v: &str) -> String {
+    v.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// The exposition text for one interface.
+pub fn render(iface: &str, t: &FlowTable, s: &Summary, top: usize) -> String {
+    let i = escape(iface);
+    let mut o = String::new();
+    for (name, v) in &s.counters {
+        let _ = writeln!(o, "# TYPE shaper_{name}_total counter");
+        let _ = writeln!(o, "shaper_{name}_total{{iface=\"{i}\"}} {v}");
+    }
+    let _ = writeln!(o, "# HELP shaper_flows Flows the controller tracks.");
+    let _ = writeln!(o, "# TYPE shaper_flows gauge");
+    let _ = writeln!(o, "shaper_flows{{iface=\"{i}\"}} {}", s.flows);
+    let _ = writeln!(
+        o,
+        "# HELP shaper_events_dropped_user_total Events the controller had no room for."
+    );
+    let _ = writeln!(o, "# TYPE shaper_events_dropped_user_total counter");
+    let _ = writeln!(
+        o,
+        "shaper_events_dropped_user_total{{iface=\"{i}\"}} {}",
+        s.events_dropped_user
+    );
+    let _ = writeln!(
+        o,
+        "# HELP shaper_delay_seconds Queueing delay of sampled packets (scheduled by the pacer, \
+         or measured by the tracer)."
+    );
+    let _ = writeln!(o, "# TYPE shaper_delay_seconds summary");
+    for (q, v) in [("0.5", s.delay_p50_ns), ("0.99", s.delay_p99_ns)] {
+        let _ = writeln!(
+            o,
+            "shaper_delay_seconds{{iface=\"{i}\",quantile=\"{q}\"}} {}",
+            v as f64 / 1e9
+        );
+    }
+    let _ = writeln!(
+        o,
+        "shaper_delay_seconds_count{{iface=\"{i}\"}} {}",
+        s.events
+    );
+    let rows = t.top(top);
+    let flow_metric = |o: &mut String, name: &str, kind: &str, help: &str| {
+        let _ = writeln!(o, "# HELP {name} {help}");
+        let _ = writeln!(o, "# TYPE {name} {kind}");
+    };
+    flow_metric(
+        &mut o,
+        "shaper_flow_rate_bytes_per_second",
+        "gauge",
+        "Estimated rate of a top flow over the last interval.",
+    );
+    for r in &rows {
+        let f = escape(&flow_label(r.key));
+        let _ = writeln!(
+            o,
+            "shaper_flow_rate_bytes_per_second{{iface=\"{i}\",flow=\"{f}\"}} {}",
+            r.stats.rate_bytes_per_s
+        );
+    }
+    flow_metric(
+        &mut o,
+        "shaper_flow_bytes_total",
+        "counter",
+        "Estimated bytes of a top flow.",
+    );
+    for r in &rows {
+        let f = escape(&flow_label(r.key));
+        let _ = writeln!(
+            o,
+            "shaper_flow_bytes_total{{iface=\"{i}\",flow=\"{f}\"}} {}",
+            r.stats.bytes
+        );
+    }
+    flow_metric(
+        &mut o,
+        "shaper_flow_delay_seconds",
+        "summary",
+        "Queueing delay of a top flow's sampled packets.",
+    );
+    for r in &rows {
+        let f = escape(&flow_label(r.key));
+        for (q, x) in [("0.5", 0.5), ("0.99", 0.99)] {
+            if let Some(v) = r.stats.delay_quantile_ns(x) {
+                let _ = writeln!(
+                    o,
+                    "shaper_flow_delay_seconds{{iface=\"{i}\",flow=\"{f}\",quantile=\"{q}\"}} {}",
+                    v as f64 / 1e9
+                );
+            }
+        }
+    }
+    for (name, help, get) in [
+        (
+            "shaper_flow_drops_total",
+            "Packets of a top flow dropped by the AQM or the horizon.",
+            (|s: &super::FlowStats| s.aqm_drops + s.horizon_drops) as fn(&super::FlowStats) -> u64,
+        ),
+        (
+            "shaper_flow_marks_total",
+            "Packets of a top flow CE-marked.",
+            |s: &super::FlowStats| s.marks,
+        ),
+    ] {
+        flow_metric(&mut o, name, "counter", help);
+        for r in &rows {
+            let f = escape(&flow_label(r.key));
+            let _ = writeln!(o, "{name}{{iface=\"{i}\",flow=\"{f}\"}} {}", get(r.stats));
+        }
+    }
+    o
+}
+
+/// Serves the latest text until the task is aborted.
+pub async fn serve(listener: TcpListener, text: watch::Receiver<String>) {
+    loop {
+        let Ok((mut sock, peer)) = listener.accept().await else {
+            continue;
+        };
+        let body = text.borrow().clone();
+        tokio::spawn(async move {
+            let mut req = [0u8; 1024];
+            let n = sock.read(&mut req).await.unwrap_or(0);
+            let head = String::from_utf8_lossy(&req[..n]);
+            let path_ok = head.starts_with("GET /metrics") || head.starts_with("GET / ");
+            let (status, body) = if path_ok {
+                ("200 OK", body)
+            } else {
+                ("404 Not Found", "try GET /metrics\n".to_owned())
+            };
+            let resp = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: \
+                 {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            if let Err(e) = sock.write_all(resp.as_bytes()).await {
+                debug!(%peer, error = %e, "metrics client went away");
+            }
+            let _ = sock.shutdown().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shaper_common::event::{EVENT_F_SAMPLED, EVENT_PACKET, Event, VERDICT_PACED};
+
+    use super::*;
+    use crate::telemetry::FlowTableOptions;
+
+    #[test]
+    fn renders_prometheus_text_with_conventional_names() {
+        let mut t = FlowTable::new(FlowTableOptions::default()).expect("table");
+        let mut e = Event {
+            delay_ns: 2_000_000,
+            len_bytes: 1000,
+            kind: EVENT_PACKET,
+            verdict: VERDICT_PACED,
+            flags: EVENT_F_SAMPLED,
+            ..Event::default()
+        };
+        e.key.family = 4;
+        e.key.proto = 6;
+        t.record(&e);
+        let s = Summary::from_table("wan\"0", &t, 0, vec![("packets", 10), ("events_lost", 0)]);
+        let text = render("wan\"0", &t, &s, 10);
+        assert!(
+            text.contains("shaper_packets_total{iface=\"wan\\\"0\"} 10"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE shaper_delay_seconds summary"));
+        assert!(text.contains(
+            "shaper_flow_bytes_total{iface=\"wan\\\"0\",flow=\"0.0.0.0 > 0.0.0.0 tcp\"} 1000"
+        ));
+        assert!(text.contains("quantile=\"0.99\"} 0.002"), "{text}");
+        // Every sample line is `name{labels} value` with a numeric value.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let v = line.rsplit(' ').next().expect("value");
+            assert!(v.parse::<f64>().is_ok(), "{line}");
+        }
+    }
+}
