@@ -9,8 +9,9 @@
 //!    into `TRACE_CONFIG`;
 //! 3. load the object's two tracer programs only (the pacer's flow table
 //!    shrunk to one entry), attach both;
-//! 4. read the ring buffer (`reader`), aggregate and print (`report`) each
-//!    second until `--duration` ends or SIGINT/SIGTERM, then the summary.
+//! 4. read the ring buffer (`reader`), aggregate with the project's
+//!    telemetry `FlowTable`, print (`report`) each second until
+//!    `--duration` ends or SIGINT/SIGTERM, then every flow and the summary.
 //!
 //! Dropping the loaded object detaches the programs (aya's links are owned
 //! by it), also on an error path.
@@ -43,8 +44,9 @@ use crate::{
     btf::{Btf, BtfError},
     checks::Capabilities,
     link::link_by_name,
+    telemetry::{FlowTable, FlowTableOptions, Output, Summary, pipeline::monotonic_ns, view},
 };
-use report::{Aggregator, Counters};
+use report::Counters;
 
 /// Stamps older than this are stale (an skb freed in the qdisc and its
 /// address reused). Ten seconds is beyond any sane qdisc delay (sch_fq's
@@ -284,7 +286,8 @@ fn is_enoent(e: &ProgramError) -> bool {
     }
 }
 
-/// `shaper trace`: attach, report each second, print the summary, detach.
+/// `shaper trace`: attach, report each second, print the flows and the
+/// summary, detach.
 pub fn run(args: TraceArgs) -> Result<()> {
     let mut tracer = Tracer::attach(&args.iface)?;
     info!(iface = %args.iface, "tracer attached");
@@ -292,8 +295,10 @@ pub fn run(args: TraceArgs) -> Result<()> {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let mut agg = Aggregator::new(&args.iface);
+    let mut table = FlowTable::new(FlowTableOptions::default())?;
+    let mut emitter = view::Emitter::new(Output::Json, &args.iface, "trace", 10);
     let start = Instant::now();
+    let mut malformed = 0;
     rt.block_on(async {
         let mut events = tracer.take_events()?;
         let mut sigint = signal(SignalKind::interrupt()).context("SIGINT handler")?;
@@ -305,6 +310,7 @@ pub fn run(args: TraceArgs) -> Result<()> {
             tokio::time::Instant::from_std(start + Duration::from_secs(1)),
             Duration::from_secs(1),
         );
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let until = async {
             match deadline {
                 Some(d) => tokio::time::sleep_until(d).await,
@@ -312,28 +318,39 @@ pub fn run(args: TraceArgs) -> Result<()> {
             }
         };
         tokio::pin!(until);
+        let mut packets_before = 0;
         loop {
             tokio::select! {
-                r = events.read(|e| agg.add(e)) => { r.context("reading the ring buffer")?; }
-                _ = tick.tick() => println!("{}", agg.end_interval(args.json)),
+                r = events.read(|e| table.record(e)) => { r.context("reading the ring buffer")?; }
+                _ = tick.tick() => {
+                    table.tick(monotonic_ns());
+                    let s = Summary::from_table(&args.iface, &table, 0, tracer.counters()?.named());
+                    if args.json {
+                        emitter.interval(start.elapsed(), &table, &s);
+                    } else {
+                        let t_s = start.elapsed().as_secs_f64();
+                        let line = report::interval_text(t_s, s.packets - packets_before, &table, &s);
+                        println!("{line}");
+                    }
+                    packets_before = s.packets;
+                }
                 _ = &mut until => break,
                 _ = sigint.recv() => break,
                 _ = sigterm.recv() => break,
             }
         }
-        events.drain_now(|e| agg.add(e));
-        if events.malformed > 0 {
-            warn!(
-                records = events.malformed,
-                "short ring-buffer records ignored"
-            );
-        }
+        events.drain_now(|e| table.record(e));
+        malformed = events.malformed;
         anyhow::Ok(())
     })?;
+    if malformed > 0 {
+        warn!(records = malformed, "short ring-buffer records ignored");
+    }
     let counters = tracer.counters()?;
     let elapsed_s = start.elapsed().as_secs_f64();
     drop(tracer);
-    for line in agg.finish(&counters, elapsed_s, args.json) {
+    let summary = Summary::from_table(&args.iface, &table, 0, counters.named());
+    for line in report::finish(&table, &summary, &counters, elapsed_s, args.json) {
         println!("{line}");
     }
     Ok(())
