@@ -93,11 +93,23 @@ fn flows_by_bytes(table: &FlowTable) -> Vec<FlowRow<'_>> {
     rows
 }
 
+/// Mean sojourn over every packet, ns (0 when none).
+fn mean_ns(table: &FlowTable) -> u64 {
+    let d = &table.iface.delay;
+    if d.is_empty() {
+        0
+    } else {
+        d.mean().round() as u64
+    }
+}
+
 /// The summary record: the telemetry summary with the tracer's counters
-/// also at the top level.
-pub fn summary_json(s: &Summary, c: &Counters, elapsed_s: f64) -> Value {
+/// also at the top level, and the mean sojourn (what CAKE's av_delay
+/// averages).
+pub fn summary_json(s: &Summary, c: &Counters, elapsed_s: f64, mean_ns: u64) -> Value {
     let mut v = view::summary_json(s);
     if let Value::Object(m) = &mut v {
+        m.insert("delay_mean_ns".into(), json!(mean_ns));
         for (name, value) in c.named() {
             m.insert(name.into(), json!(value));
         }
@@ -123,7 +135,7 @@ pub fn finish(
         for row in &rows {
             out.push(view::flow_json(&s.iface, row).to_string());
         }
-        out.push(summary_json(s, c, elapsed_s).to_string());
+        out.push(summary_json(s, c, elapsed_s, mean_ns(table)).to_string());
         return out;
     }
     for row in &rows {
@@ -241,6 +253,9 @@ mod tests {
         assert_eq!(v["events_lost"], 1);
         assert_eq!(v["enqueued"], 101);
         assert_eq!(v["duration_s"], 2.0);
+        // (98 × 20 + 30 + 100) / 100 ms.
+        let mean = v["delay_mean_ns"].as_u64().expect("mean");
+        assert!(mean.abs_diff(20_900_000) < 50_000, "{mean}");
         for k in ["delay_p50_ns", "delay_p99_ns", "delay_max_ns"] {
             assert!(v[k].as_u64().is_some(), "{k} in {v}");
         }
