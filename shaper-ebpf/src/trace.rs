@@ -32,6 +32,13 @@
 //!
 //! Units: ns (`bpf_ktime_get_ns`, CLOCK_MONOTONIC), bytes of `skb->len`.
 //!
+//! Known gaps, all counted rather than guessed: on a lockless qdisc
+//! (TCQ_F_NOLOCK, e.g. pfifo_fast) the tracepoint fires after
+//! `q->enqueue()` returned, outside any lock, so another CPU can dequeue and
+//! transmit the skb first (counted as no enqueue record; its late stamp is
+//! evicted by the LRU); a driver that refuses an skb (NETDEV_TX_BUSY) sees
+//! it again after a requeue, and that second hand-off has no stamp.
+//!
 //! Non-goals: per-qdisc-level times inside a hierarchy (only root enqueue to
 //! driver); packets a qdisc splits itself (CAKE's GSO splitting enqueues new
 //! segment skbs, which then count as having no stamp).
