@@ -21,6 +21,21 @@ pub const FLAG_NO_L2: u32 = 1 << 1;
 pub const FLAG_FAIR: u32 = 1 << 2;
 /// Flag: CE-mark ECN-capable packets instead of dropping them.
 pub const FLAG_ECN: u32 = 1 << 3;
+/// Flag: send telemetry events (`crate::event`): every drop, mark, flow
+/// start and end, plus the packets the 1-in-N draw picks.
+pub const FLAG_TELEMETRY: u32 = 1 << 4;
+
+/// Default telemetry sampling: 1 packet in this many, besides every drop
+/// and mark. At 1 Gbit/s of full-size frames that is about 1,300 events a
+/// second.
+pub const DEFAULT_SAMPLE_EVERY: u32 = 64;
+
+/// The draw threshold for sampling 1 packet in `n`: a packet is picked
+/// when a uniform 32-bit random number is below it (so the packet path
+/// compares instead of dividing). 0 picks none; 1 picks all.
+pub const fn sample_threshold(n: u32) -> u64 {
+    if n == 0 { 0 } else { (1u64 << 32) / n as u64 }
+}
 
 /// Default horizon: a packet that would leave more than this far in the
 /// future is dropped instead of handed to sch_fq. Cilium's EDT uses 2 s and
@@ -62,8 +77,11 @@ pub struct PacerConfig {
     pub pad: u32,
     /// Seed of the flow hash, chosen at load time.
     pub hash_seed: u64,
+    /// Telemetry draw threshold ([`sample_threshold`]); read only when
+    /// [`FLAG_TELEMETRY`] is set.
+    pub sample_threshold: u64,
     /// Room for later fields; always zero for now.
-    pub reserved: [u64; 6],
+    pub reserved: [u64; 5],
 }
 
 const _: () = assert!(core::mem::size_of::<PacerConfig>() == 128);
@@ -84,7 +102,8 @@ impl PacerConfig {
             flow_sets_mask: crate::flow::DEFAULT_FLOWS / crate::flow::WAYS as u32 - 1,
             pad: 0,
             hash_seed: 0,
-            reserved: [0; 6],
+            sample_threshold: sample_threshold(DEFAULT_SAMPLE_EVERY),
+            reserved: [0; 5],
         }
     }
 
@@ -147,4 +166,8 @@ mod pod {
     unsafe impl aya::Pod for crate::fair::FairState {}
     // SAFETY: as above (size asserted in `crate::flow`).
     unsafe impl aya::Pod for crate::flow::FlowSet {}
+    // SAFETY: as above (sizes asserted in `crate::event`).
+    unsafe impl aya::Pod for crate::event::Event {}
+    // SAFETY: as above.
+    unsafe impl aya::Pod for crate::event::Scratch {}
 }

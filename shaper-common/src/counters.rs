@@ -47,11 +47,16 @@ pub enum Counter {
     FlowTableFull,
     /// A flow took over a table slot (new, or replacing an idle flow).
     FlowNew,
+    /// Telemetry records written to the ring buffer.
+    EventsSent,
+    /// Telemetry records lost: the ring buffer was full (the controller
+    /// fell behind); the packet itself was unaffected.
+    EventsLost,
 }
 
 impl Counter {
     /// Number of counters; the array's size.
-    pub const COUNT: u32 = Counter::FlowNew as u32 + 1;
+    pub const COUNT: u32 = Counter::EventsLost as u32 + 1;
 
     /// All counters in index order.
     pub const ALL: [Counter; Counter::COUNT as usize] = [
@@ -74,6 +79,8 @@ impl Counter {
         Counter::AqmDrop,
         Counter::FlowTableFull,
         Counter::FlowNew,
+        Counter::EventsSent,
+        Counter::EventsLost,
     ];
 
     /// Stable snake_case name, used by `shaper status` and exporters.
@@ -98,6 +105,8 @@ impl Counter {
             Counter::AqmDrop => "aqm_drop",
             Counter::FlowTableFull => "flow_table_full",
             Counter::FlowNew => "flow_new",
+            Counter::EventsSent => "events_sent",
+            Counter::EventsLost => "events_lost",
         }
     }
 }

@@ -49,9 +49,11 @@ const _: () = assert!(core::mem::size_of::<FlowKey>() == 40);
 /// [`Event::kind`]: a packet the egress pacer sampled.
 pub const EVENT_PACKET: u8 = 1;
 /// [`Event::kind`]: the pacer gave a flow a table slot (a new flow, or one
-/// back after being idle longer than the flow idle time).
+/// back after being idle longer than the flow idle time). The record also
+/// describes that packet, like an `EVENT_PACKET` one.
 pub const EVENT_FLOW_START: u8 = 2;
-/// [`Event::kind`]: a TCP flow sent FIN or RST.
+/// [`Event::kind`]: a TCP flow sent FIN or RST; the record also describes
+/// that packet.
 pub const EVENT_FLOW_END: u8 = 3;
 /// [`Event::kind`]: the tracer measured a packet's time from qdisc enqueue
 /// to the driver; `delay_ns` is that sojourn.
@@ -122,6 +124,36 @@ impl Event {
         Some(unsafe { core::ptr::read_unaligned(b.as_ptr() as *const Event) })
     }
 }
+
+/// [`Scratch::l3`]: the frame is IP (the addresses can be read).
+pub const SCRATCH_IP: u8 = 1;
+/// [`Scratch::l3`]: IPv4 (else IPv6).
+pub const SCRATCH_IPV4: u8 = 2;
+
+/// The hand-over from the egress classifier to the telemetry program it
+/// tail-calls (one per-CPU entry): the record as far as the classifier
+/// knows it, where the telemetry program finds the addresses and ports,
+/// and the verdict the hook must return. The telemetry program lives apart
+/// so the verifier walks it once, not once per classifier path.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Scratch {
+    /// The record; the key's addresses and ports are still zero.
+    pub event: Event,
+    /// Offset of the IP header.
+    pub l3_off: u32,
+    /// Offset of the TCP/UDP ports; 0 when there are none.
+    pub ports_off: u32,
+    /// The classifier's verdict (`TC_ACT_*`), returned by the telemetry
+    /// program in its place.
+    pub action: i32,
+    /// `SCRATCH_*` bits.
+    pub l3: u8,
+    /// Padding; zero.
+    pub pad: [u8; 3],
+}
+
+const _: () = assert!(core::mem::size_of::<Scratch>() == 88);
 
 #[cfg(test)]
 mod tests {

@@ -36,7 +36,18 @@ pub mod maps {
     /// `RingBuf` of [`crate::event::Event`]s: the pacer's sampled packets
     /// and flow starts and ends.
     pub const EVENTS: &str = "SHAPER_EVENTS";
+    /// `PerCpuArray<Scratch>` with one entry: the classifier's hand-over to
+    /// the telemetry program.
+    pub const SCRATCH: &str = "SHAPER_SCRATCH";
+    /// `ProgramArray` with one slot, [`crate::JUMP_TELEMETRY`].
+    pub const JUMP: &str = "SHAPER_JUMP";
 }
+
+/// Name of the telemetry program the classifier tail-calls.
+pub const TELEMETRY_PROGRAM: &str = "shaper_telemetry";
+
+/// Slot of the telemetry program in the `SHAPER_JUMP` program array.
+pub const JUMP_TELEMETRY: u32 = 0;
 
 /// Name of the egress classifier program in the object file.
 pub const EGRESS_PROGRAM: &str = "shaper_egress";

@@ -20,9 +20,10 @@
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext};
 use shaper_common::{
-    config::{FLAG_NO_L2, PacerConfig},
+    config::{FLAG_NO_L2, FLAG_TELEMETRY, PacerConfig},
     counters::Counter,
     edt::{EdtDecision, aggregate_edt},
+    event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
     fair::{
         EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, average_scheduled, backlogged_reference,
         count_active, count_backlogged, decide, join_mult, mult_cap, roll_active, slots_to_clear,
@@ -36,6 +37,7 @@ use crate::{
     atomic,
     maps::{AGGREGATE, CONFIG, FAIR, FLOWS, count},
     parse::{Class, Ecn, TRUNCATED, classify},
+    telemetry::{Outcome, report},
 };
 
 const TC_ACT_UNSPEC: i32 = -1;
@@ -97,7 +99,7 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     if config.fair() {
         fair(ctx, config, class, now_ns, skb_tstamp_ns, tx_time_ns)
     } else {
-        aggregate(ctx, config, now_ns, skb_tstamp_ns, tx_time_ns)
+        aggregate(ctx, config, &class, now_ns, skb_tstamp_ns, tx_time_ns)
     }
 }
 
@@ -128,11 +130,13 @@ fn fair(
     // SAFETY: the pointer comes from the map lookup and stays valid for this
     // run; concurrent writers to one flow are tolerated (module header).
     let set = unsafe { &mut *set };
+    let mut flow_started = false;
     let way = match choose_way(set, tag, now_ns, config.flow_idle_ns) {
         Way::Hit(i) => i,
         Way::Claim(i) => {
             set.ways[i % WAYS] = FlowEntry::fresh(tag, now_ns);
             count(Counter::FlowNew, 1);
+            flow_started = true;
             i
         }
         Way::Shared(i) => {
@@ -185,15 +189,20 @@ fn fair(
         // SAFETY: as above; the slot is only ever updated atomically.
         unsafe { atomic::add(&raw mut (*state).scheduled_ns[slot], tx_ns) };
     }
-    match verdict {
+    let clock_delay_ns = flow.t_next_ns.saturating_sub(now_ns);
+    let (code, delay_ns, action) = match verdict {
         Verdict::Pass => {
             count(Counter::PassedUnpaced, 1);
-            Ok(TC_ACT_UNSPEC)
+            (VERDICT_PASS, 0, TC_ACT_UNSPEC)
         }
         Verdict::Pace { tstamp_ns } => {
             set_tstamp(ctx, tstamp_ns);
             count(Counter::Paced, 1);
-            Ok(TC_ACT_UNSPEC)
+            (
+                VERDICT_PACED,
+                tstamp_ns.saturating_sub(now_ns),
+                TC_ACT_UNSPEC,
+            )
         }
         Verdict::Mark { tstamp_ns } => {
             if ecn.present {
@@ -202,17 +211,28 @@ fn fair(
             set_tstamp(ctx, tstamp_ns);
             count(Counter::CeMarked, 1);
             count(Counter::Paced, 1);
-            Ok(TC_ACT_UNSPEC)
+            (VERDICT_CE, tstamp_ns.saturating_sub(now_ns), TC_ACT_UNSPEC)
         }
         Verdict::AqmDrop => {
             count(Counter::AqmDrop, 1);
-            Err(TC_ACT_SHOT)
+            (VERDICT_AQM_DROP, clock_delay_ns, TC_ACT_SHOT)
         }
         Verdict::HorizonDrop => {
             count(Counter::HorizonDrop, 1);
-            Err(TC_ACT_SHOT)
+            (VERDICT_HORIZON_DROP, clock_delay_ns, TC_ACT_SHOT)
         }
+    };
+    if config.flags & FLAG_TELEMETRY != 0 {
+        let outcome = Outcome {
+            verdict: code,
+            delay_ns,
+            flow_started,
+            action,
+        };
+        // Returns only when no record is due (or the tail call failed).
+        report(ctx, config, &class, now_ns, &outcome);
     }
+    Ok(action)
 }
 
 /// Moves the shared state to `epoch` if this CPU is the first to see it
@@ -317,6 +337,7 @@ fn mark_ce(ctx: &TcContext, e: Ecn) {
 fn aggregate(
     ctx: &TcContext,
     config: &PacerConfig,
+    class: &Class,
     now_ns: u64,
     skb_tstamp_ns: u64,
     tx_time_ns: u64,
@@ -335,23 +356,41 @@ fn aggregate(
         tx_time_ns,
         config.horizon_ns,
     );
-    match decision {
+    let (code, delay_ns, action) = match decision {
         EdtDecision::Pass => {
             // SAFETY: as for the read above.
             unsafe { core::ptr::write_volatile(&mut (*state).t_next_free_ns, clock) };
             count(Counter::PassedUnpaced, 1);
-            Ok(TC_ACT_UNSPEC)
+            (VERDICT_PASS, 0, TC_ACT_UNSPEC)
         }
         EdtDecision::Pace { tstamp_ns } => {
             // SAFETY: as for the read above.
             unsafe { core::ptr::write_volatile(&mut (*state).t_next_free_ns, clock) };
             set_tstamp(ctx, tstamp_ns);
             count(Counter::Paced, 1);
-            Ok(TC_ACT_UNSPEC)
+            (
+                VERDICT_PACED,
+                tstamp_ns.saturating_sub(now_ns),
+                TC_ACT_UNSPEC,
+            )
         }
         EdtDecision::HorizonDrop => {
             count(Counter::HorizonDrop, 1);
-            Err(TC_ACT_SHOT)
+            (
+                VERDICT_HORIZON_DROP,
+                t_next_free_ns.saturating_sub(now_ns),
+                TC_ACT_SHOT,
+            )
         }
+    };
+    if config.flags & FLAG_TELEMETRY != 0 {
+        let outcome = Outcome {
+            verdict: code,
+            delay_ns,
+            flow_started: false,
+            action,
+        };
+        report(ctx, config, class, now_ns, &outcome);
     }
+    Ok(action)
 }

@@ -18,6 +18,8 @@ mod maps;
 #[cfg(target_arch = "bpf")]
 mod parse;
 #[cfg(target_arch = "bpf")]
+mod telemetry;
+#[cfg(target_arch = "bpf")]
 mod trace;
 
 #[cfg(target_arch = "bpf")]

@@ -1,16 +1,18 @@
 //! The maps the egress classifier uses. Names match `shaper_common::maps`, so
 //! the controller finds and pins them by name.
 //!
-//! All are arrays (no hashing, no allocation on the packet path). Counters are
+//! All but the event ring are arrays (no hashing, no allocation on the
+//! packet path); the ring never blocks: a full ring loses the record. Counters are
 //! per-CPU, so incrementing them needs no atomics.
 
 use aya_ebpf::{
     macros::map,
-    maps::{Array, PerCpuArray},
+    maps::{Array, PerCpuArray, ProgramArray, RingBuf},
 };
 use shaper_common::{
     config::{AggregateState, PacerConfig},
     counters::Counter,
+    event::Scratch,
     fair::FairState,
     flow::{DEFAULT_FLOWS, FlowSet, WAYS},
 };
@@ -36,6 +38,21 @@ pub static FAIR: Array<FairState> = Array::with_max_entries(1, 0);
 /// time (`--flows` / WAYS); this is the default.
 #[map(name = "SHAPER_FLOWS")]
 pub static FLOWS: Array<FlowSet> = Array::with_max_entries(DEFAULT_FLOWS / WAYS as u32, 0);
+
+/// Telemetry records (`shaper_common::event::Event`) for the controller.
+/// 4 MiB: about 52,000 records, half a second of a reader stalled at
+/// 100,000 records/s (the scale benchmark's worst case).
+#[map(name = "SHAPER_EVENTS")]
+pub static EVENTS: RingBuf = RingBuf::with_byte_size(1 << 22, 0);
+
+/// The classifier's hand-over to the telemetry program (one per CPU).
+#[map(name = "SHAPER_SCRATCH")]
+pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
+
+/// The telemetry program, tail-called by the classifier; the controller
+/// fills the slot after loading.
+#[map(name = "SHAPER_JUMP")]
+pub static JUMP: ProgramArray = ProgramArray::with_max_entries(1, 0);
 
 /// Adds `n` to counter `c` on this CPU.
 #[inline(always)]

@@ -53,6 +53,16 @@ pub struct Class {
     pub flow_hash: u64,
     /// Where the ECN bits are; `Ecn::NONE` for non-IP frames.
     pub ecn: Ecn,
+    /// The transport protocol of an IP packet; 0 otherwise.
+    pub l4_proto: u8,
+    /// TCP flags byte (FIN 0x01, RST 0x04); 0 for other packets.
+    pub tcp_flags: u8,
+    /// The ethertype after any VLAN tags (host order).
+    pub ethertype: u16,
+    /// Offset of the TCP or UDP ports; 0 when there are none (other
+    /// protocols, non-first fragments). For telemetry's flow key, read
+    /// only for sampled packets.
+    pub ports_off: u32,
 }
 
 /// The key of frames that could not be parsed: flow 0, nothing to mark.
@@ -65,7 +75,25 @@ pub const TRUNCATED: Class = Class {
     headers_len: 0,
     flow_hash: 0,
     ecn: Ecn::NONE,
+    l4_proto: 0,
+    tcp_flags: 0,
+    ethertype: 0,
+    ports_off: 0,
 };
+
+/// What the transport-header step found.
+pub struct L4 {
+    /// `Tcp`, `Udp`, `Icmp` or `OtherIp`.
+    class: Counter,
+    /// Where a TCP or UDP payload starts; 0 for others.
+    end: usize,
+    /// Where the ports are; 0 when there are none.
+    ports_off: usize,
+    /// The IP protocol number.
+    proto: u8,
+    /// The TCP flags byte; 0 for others.
+    tcp_flags: u8,
+}
 
 /// The position and value of an IP packet's ECN field.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -128,42 +156,56 @@ pub fn classify(ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Trunc
     }
     h.word(u32::from(proto));
     let mut ecn = Ecn::NONE;
-    let (l4, headers_len) = match proto {
+    let l4 = match proto {
         ETH_P_IP => {
-            let (c, end, bits) = ipv4(ctx, off, &mut h)?;
+            let (l4, bits) = ipv4(ctx, off, &mut h)?;
             ecn = Ecn {
                 present: true,
                 l3_off: off as u32,
                 ipv4: true,
                 bits,
             };
-            (Some(c), end)
+            Some(l4)
         }
         ETH_P_IPV6 => {
-            let (c, end, bits) = ipv6(ctx, off, &mut h)?;
+            let (l4, bits) = ipv6(ctx, off, &mut h)?;
             ecn = Ecn {
                 present: true,
                 l3_off: off as u32,
                 ipv4: false,
                 bits,
             };
-            (Some(c), end)
+            Some(l4)
         }
-        _ => (None, 0),
+        _ => None,
     };
     let l3 = match proto {
         ETH_P_IP => Counter::Ipv4,
         ETH_P_IPV6 => Counter::Ipv6,
         _ => Counter::NonIp,
     };
+    // Headers are a few hundred bytes at most, so the casts cannot truncate.
+    let (l4_class, headers_len, ports_off, l4_proto, tcp_flags) = match l4 {
+        Some(x) => (
+            Some(x.class),
+            x.end as u32,
+            x.ports_off as u32,
+            x.proto,
+            x.tcp_flags,
+        ),
+        None => (None, 0, 0, 0, 0),
+    };
     Ok(Class {
         l3,
-        l4,
+        l4: l4_class,
         vlan,
-        // Headers are a few hundred bytes at most, so this cannot truncate.
-        headers_len: headers_len as u32,
+        headers_len,
         flow_hash: h.finish(),
         ecn,
+        l4_proto,
+        tcp_flags,
+        ethertype: proto,
+        ports_off,
     })
 }
 
@@ -171,11 +213,7 @@ pub fn classify(ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Trunc
 /// unless this is a non-first fragment.
 /// Also returns the ECN bits and hashes addresses, protocol and ports.
 #[inline(always)]
-fn ipv4(
-    ctx: &TcContext,
-    off: usize,
-    h: &mut FlowHasher,
-) -> Result<(Counter, usize, u8), Truncated> {
+fn ipv4(ctx: &TcContext, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Truncated> {
     let hdr: [u8; 20] = ctx.load(off).map_err(|_| Truncated)?;
     let ihl = usize::from(hdr[0] & 0x0f) * 4;
     if ihl < 20 {
@@ -190,18 +228,14 @@ fn ipv4(
     h.word(u32::from_ne_bytes([hdr[12], hdr[13], hdr[14], hdr[15]]));
     h.word(u32::from_ne_bytes([hdr[16], hdr[17], hdr[18], hdr[19]]));
     let first_fragment = frag & 0x1fff == 0;
-    let (c, end) = transport(ctx, off + ihl, proto, first_fragment, h)?;
-    Ok((c, end, hdr[1] & 0x03))
+    let l4 = transport(ctx, off + ihl, proto, first_fragment, h)?;
+    Ok((l4, hdr[1] & 0x03))
 }
 
 /// IPv6 at `off`: skips extension headers to the transport header.
 /// Also returns the ECN bits and hashes addresses, protocol and ports.
 #[inline(always)]
-fn ipv6(
-    ctx: &TcContext,
-    off: usize,
-    h: &mut FlowHasher,
-) -> Result<(Counter, usize, u8), Truncated> {
+fn ipv6(ctx: &TcContext, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Truncated> {
     let hdr: [u32; 10] = ctx.load(off).map_err(|_| Truncated)?;
     for w in &hdr[2..10] {
         h.word(*w);
@@ -233,8 +267,8 @@ fn ipv6(
             _ => break,
         }
     }
-    let (c, end) = transport(ctx, l4, next, first_fragment, h)?;
-    Ok((c, end, ecn))
+    let l4 = transport(ctx, l4, next, first_fragment, h)?;
+    Ok((l4, ecn))
 }
 
 /// Checks the transport header at `off` is whole and names its class.
@@ -247,16 +281,23 @@ fn transport(
     proto: u8,
     whole: bool,
     h: &mut FlowHasher,
-) -> Result<(Counter, usize), Truncated> {
+) -> Result<L4, Truncated> {
     h.word(u32::from(proto));
+    let none = |class| L4 {
+        class,
+        end: 0,
+        ports_off: 0,
+        proto,
+        tcp_flags: 0,
+    };
     let (class, min_len) = match proto {
         IPPROTO_TCP => (Counter::Tcp, 20),
         IPPROTO_UDP => (Counter::Udp, 8),
         IPPROTO_ICMP | IPPROTO_ICMPV6 => (Counter::Icmp, 4),
-        _ => return Ok((Counter::OtherIp, 0)),
+        _ => return Ok(none(Counter::OtherIp)),
     };
     if !whole {
-        return Ok((class, 0));
+        return Ok(none(class));
     }
     match class {
         Counter::Tcp => {
@@ -269,17 +310,29 @@ fn transport(
             if doff > 20 {
                 load_u8(ctx, off + doff - 1)?;
             }
-            Ok((class, off + doff))
+            Ok(L4 {
+                class,
+                end: off + doff,
+                ports_off: off,
+                proto,
+                tcp_flags: hdr[13],
+            })
         }
         Counter::Udp => {
             let ports: u32 = ctx.load(off).map_err(|_| Truncated)?;
             load_u8(ctx, off + min_len - 1)?;
             h.word(ports);
-            Ok((class, off + min_len))
+            Ok(L4 {
+                class,
+                end: off + min_len,
+                ports_off: off,
+                proto,
+                tcp_flags: 0,
+            })
         }
         _ => {
             load_u8(ctx, off + min_len - 1)?;
-            Ok((class, 0))
+            Ok(none(class))
         }
     }
 }

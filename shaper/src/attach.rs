@@ -176,9 +176,40 @@ pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
         .map_err(|e| AttachError::Load {
             detail: format!("{e:#}"),
         })?;
+    load_telemetry(&mut ebpf)?;
     write_config(&mut ebpf, config)?;
     init_fair(&mut ebpf)?;
     Ok(ebpf)
+}
+
+/// Loads the telemetry program and puts it in the classifier's jump slot
+/// (the classifier tail-calls it when a record is due).
+pub fn load_telemetry(ebpf: &mut Ebpf) -> Result<(), AttachError> {
+    let err = |detail: String| AttachError::Load { detail };
+    let prog: &mut SchedClassifier = ebpf
+        .program_mut(shaper_common::TELEMETRY_PROGRAM)
+        .ok_or_else(|| {
+            err(format!(
+                "the object has no program {}",
+                shaper_common::TELEMETRY_PROGRAM
+            ))
+        })?
+        .try_into()
+        .map_err(|e| err(format!("{}: {e}", shaper_common::TELEMETRY_PROGRAM)))?;
+    prog.load()
+        .map_err(|e| err(format!("{}: {e:#}", shaper_common::TELEMETRY_PROGRAM)))?;
+    let fd = prog
+        .fd()
+        .map_err(|e| err(format!("{}: {e}", shaper_common::TELEMETRY_PROGRAM)))?
+        .try_clone()
+        .map_err(|e| err(format!("{}: {e}", shaper_common::TELEMETRY_PROGRAM)))?;
+    let map = ebpf
+        .map_mut(maps::JUMP)
+        .ok_or_else(|| err(format!("the object has no map {}", maps::JUMP)))?;
+    let mut jump =
+        aya::maps::ProgramArray::try_from(map).map_err(|e| err(format!("{}: {e}", maps::JUMP)))?;
+    jump.set(shaper_common::JUMP_TELEMETRY, &fd, 0)
+        .map_err(|e| err(format!("filling {}: {e}", maps::JUMP)))
 }
 
 /// Starts the fair pacer's shared state at a multiplier of 1.0.

@@ -97,6 +97,22 @@ pub struct RunArgs {
     /// Drop instead of CE-marking ECN-capable packets.
     #[arg(long)]
     pub no_ecn: bool,
+    /// Telemetry: sample 1 packet in N besides every drop, mark, flow
+    /// start and end (0: only those).
+    #[arg(long, value_name = "N", default_value_t = shaper_common::config::DEFAULT_SAMPLE_EVERY)]
+    pub sample: u32,
+    /// No telemetry records, live view or metrics: only the counters.
+    #[arg(long, conflicts_with_all = ["json", "metrics"])]
+    pub no_telemetry: bool,
+    /// Print newline-delimited JSON records instead of the live view.
+    #[arg(long)]
+    pub json: bool,
+    /// Serve Prometheus metrics over HTTP (default 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Flows shown in the live view and exported per flow.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
 }
 
 impl RunArgs {

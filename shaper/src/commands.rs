@@ -13,6 +13,7 @@ use crate::{
     link::{Link, link_by_name},
     state::{self, Paths, Record, Roots},
     status, tc,
+    telemetry::{self, Output, Pipeline, PipelineOptions},
 };
 
 /// Undoes on drop unless disarmed, so even a panic or an early return after
@@ -95,7 +96,8 @@ fn check_not_shaped(link: &Link, paths: &Paths) -> Result<()> {
 /// `shaper run`.
 pub fn run(args: RunArgs) -> Result<()> {
     let pacer = args.pacer_args();
-    let config = RunConfig::with_pacer(args.iface, args.rate, args.horizon, &pacer)?;
+    let mut config = RunConfig::with_pacer(args.iface.clone(), args.rate, args.horizon, &pacer)?;
+    config.sample_every = (!args.no_telemetry).then_some(args.sample);
     Capabilities::current()?.check()?;
     let link = link_by_name(&config.iface)?;
     checks::check_link(&link)?;
@@ -117,25 +119,58 @@ pub fn run(args: RunArgs) -> Result<()> {
         let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
         let mut sighup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
 
-        let shaped = attach::attach(&config, &link, paths)?;
+        let mut shaped = attach::attach(&config, &link, paths)?;
         let mut guard = UndoGuard {
             armed: Some((shaped.record.clone(), shaped.paths.clone())),
         };
-        println!(
+        // In JSON mode stdout carries only records.
+        let say = |msg: String| {
+            if args.json {
+                eprintln!("{msg}");
+            } else {
+                println!("{msg}");
+            }
+        };
+        say(format!(
             "shaper: shaping {} egress at {} (pid {}); Ctrl-C or SIGTERM stops and restores it",
             link.name,
             config.rate,
             std::process::id()
-        );
+        ));
+        let pipeline = if args.no_telemetry {
+            None
+        } else {
+            let (ring, counters) = telemetry::source::pacer(&mut shaped.ebpf)?;
+            let mut opts = PipelineOptions::new(&link.name, "shaper", Output::detect(args.json));
+            opts.top = args.top;
+            opts.metrics = args.metrics;
+            opts.table.sample_every = args.sample.max(1);
+            let p = Pipeline::start(ring, counters, opts).await?;
+            if let Some(addr) = p.metrics_addr {
+                say(format!("shaper: metrics at http://{addr}/metrics"));
+            }
+            Some(p)
+        };
         let which = tokio::select! {
             _ = sigterm.recv() => "SIGTERM",
             _ = sigint.recv() => "SIGINT",
             _ = sighup.recv() => "SIGHUP",
         };
         info!(signal = which, "stopping");
+        let summary = match pipeline {
+            Some(p) => Some(p.stop().await),
+            None => None,
+        };
         drop(shaped.ebpf);
         guard.undo_now()?;
-        println!("shaper: {} restored", link.name);
+        say(format!("shaper: {} restored", link.name));
+        if let Some(s) = summary {
+            if args.json {
+                println!("{}", telemetry::view::summary_json(&s));
+            } else {
+                print!("{}", telemetry::view::summary_text(&s));
+            }
+        }
         Ok(())
     })
 }

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use shaper_common::config::{FLAG_ECN, FLAG_FAIR, PacerConfig};
+use shaper_common::config::{FLAG_ECN, FLAG_FAIR, FLAG_TELEMETRY, PacerConfig, sample_threshold};
 
 use crate::{
     pacer::{PacerArgs, PacerError, PacerKind, PacerSettings},
@@ -43,6 +43,9 @@ pub struct RunConfig {
     pub horizon: Duration,
     /// Which pacer, with its AQM and flow table settings.
     pub pacer: PacerSettings,
+    /// Telemetry sampling (1 packet in N, besides every drop and mark; 0:
+    /// those only); `None`: no telemetry records at all.
+    pub sample_every: Option<u32>,
 }
 
 impl RunConfig {
@@ -70,6 +73,7 @@ impl RunConfig {
             rate,
             horizon,
             pacer,
+            sample_every: None,
         })
     }
 
@@ -124,6 +128,12 @@ impl RunConfig {
         c.interval_ns = p.interval_ns;
         c.flow_sets_mask = p.flow_sets() - 1;
         c.hash_seed = random_seed();
+        c.flags &= !FLAG_TELEMETRY;
+        c.sample_threshold = 0;
+        if let Some(n) = self.sample_every {
+            c.flags |= FLAG_TELEMETRY;
+            c.sample_threshold = sample_threshold(n);
+        }
         c
     }
 }
@@ -202,6 +212,14 @@ mod tests {
         assert_eq!(p.flags & shaper_common::config::FLAG_NO_L2, 0);
         let p = c.pacer_config(false);
         assert_ne!(p.flags & shaper_common::config::FLAG_NO_L2, 0);
+        assert_eq!((p.flags & FLAG_TELEMETRY, p.sample_threshold), (0, 0));
+        let mut c = c;
+        c.sample_every = Some(64);
+        let p = c.pacer_config(true);
+        assert_ne!(p.flags & FLAG_TELEMETRY, 0);
+        assert_eq!(p.sample_threshold, 1 << 26);
+        c.sample_every = Some(0);
+        assert_eq!(c.pacer_config(true).sample_threshold, 0);
     }
 
     #[test]

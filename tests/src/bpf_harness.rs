@@ -102,6 +102,8 @@ impl Harness {
             .expect("loaded")
             .try_clone()
             .expect("dup program fd");
+        shaper::attach::load_telemetry(&mut ebpf)
+            .unwrap_or_else(|e| panic!("loading the telemetry program: {e}"));
         let take = |ebpf: &mut Ebpf, name: &str| {
             ebpf.take_map(name)
                 .unwrap_or_else(|| panic!("no map {name} in the object"))
@@ -123,6 +125,15 @@ impl Harness {
             fair,
             flows,
         })
+    }
+
+    /// The telemetry ring buffer (take it once).
+    pub fn events(&mut self) -> aya::maps::RingBuf<MapData> {
+        let map = self
+            .ebpf
+            .take_map(maps::EVENTS)
+            .expect("no map SHAPER_EVENTS in the object (taken twice?)");
+        aya::maps::RingBuf::try_from(map).expect("ring buffer map type")
     }
 
     pub fn set_config(&mut self, config: PacerConfig) {

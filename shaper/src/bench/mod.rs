@@ -27,6 +27,7 @@
 
 pub mod frames;
 pub mod host;
+pub mod scale;
 pub mod vm;
 
 use std::{path::PathBuf, time::Duration};
@@ -73,6 +74,16 @@ pub struct BenchArgs {
     /// Lab part: skip the aggregate pacer.
     #[arg(long)]
     pub no_aggregate: bool,
+    /// Run only the telemetry scale part (the host part runs it in a child
+    /// process of its own, so its RSS is the controller's alone).
+    #[arg(long, conflicts_with_all = ["vm_part", "merge_vm"])]
+    pub scale_part: bool,
+    /// Scale part: distinct active flows.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub scale_flows: u32,
+    /// Scale part: packets per flow.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub scale_rounds: u32,
 }
 
 /// Runs `shaper bench`.
@@ -83,7 +94,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         };
         return merge(json, vm_file);
     }
-    let doc = if args.vm_part {
+    let doc = if args.scale_part {
+        let opts = scale::ScaleOptions {
+            flows: args.scale_flows,
+            rounds: args.scale_rounds,
+            ..scale::ScaleOptions::default()
+        };
+        let report = scale::run(&opts).context("the scale part failed")?;
+        let doc = serde_json::to_value(&report)?;
+        print!("{}", scale_table(&doc));
+        doc
+    } else if args.vm_part {
         let opts = vm::VmOptions {
             bin: std::env::current_exe().context("cannot find this binary's path")?,
             rate: args.rate,
@@ -104,18 +125,66 @@ pub fn run(args: BenchArgs) -> Result<()> {
         };
         let report = host::run(&opts)?;
         let mut doc = serde_json::to_value(&report)?;
+        let scale = scale_in_child(&args).context("the telemetry scale part failed")?;
         if let Value::Object(map) = &mut doc {
             map.insert("schema".to_owned(), json!(SCHEMA));
             map.insert("units".to_owned(), units());
+            map.insert("telemetry_scale".to_owned(), scale.clone());
             map.insert("vm".to_owned(), Value::Null);
         }
         print!("{}", host_table(&doc));
+        print!("{}", scale_table(&scale));
         doc
     };
     if let Some(path) = &args.json {
         write_json(path, &doc)?;
     }
     Ok(())
+}
+
+/// Runs `shaper bench --scale-part` in a child process and returns its
+/// JSON document.
+fn scale_in_child(args: &BenchArgs) -> Result<Value> {
+    let exe = std::env::current_exe().context("cannot find this binary's path")?;
+    let out = std::env::temp_dir().join(format!("shaper-scale-{}.json", std::process::id()));
+    let status = std::process::Command::new(&exe)
+        .args(["bench", "--scale-part", "--json"])
+        .arg(&out)
+        .args(["--scale-flows", &args.scale_flows.to_string()])
+        .args(["--scale-rounds", &args.scale_rounds.to_string()])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .with_context(|| format!("cannot run {}", exe.display()))?;
+    if !status.success() {
+        anyhow::bail!("`shaper bench --scale-part` exited with {status}");
+    }
+    let text =
+        std::fs::read_to_string(&out).with_context(|| format!("cannot read {}", out.display()))?;
+    let _ = std::fs::remove_file(&out);
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", out.display()))
+}
+
+/// The scale part's table.
+fn scale_table(doc: &Value) -> String {
+    let u = |k: &str| doc.get(k).and_then(Value::as_u64).unwrap_or(0);
+    format!(
+        "telemetry scale: {} flows, {} packets, 1 in {} sampled: {} records sent, {} received \
+         ({} /s), lost {} in the kernel and {} in the controller; {} flows tracked, {} with \
+         histograms; RSS {} MiB (peak {} MiB, {} MiB before driving)\n",
+        u("flows"),
+        u("packets"),
+        u("sample_every"),
+        u("records_sent"),
+        u("records_received"),
+        num(doc, "records_per_s"),
+        u("records_lost_kernel"),
+        u("records_lost_user"),
+        u("flows_tracked"),
+        u("flow_histograms"),
+        num(doc, "rss_mib"),
+        num(doc, "peak_rss_mib"),
+        num(doc, "rss_before_mib"),
+    )
 }
 
 /// What each figure is in.

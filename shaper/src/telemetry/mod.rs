@@ -18,6 +18,7 @@
 pub mod flows;
 pub mod metrics;
 pub mod pipeline;
+pub mod source;
 pub mod view;
 
 pub use flows::{FlowRow, FlowStats, FlowTable, FlowTableOptions};

@@ -101,6 +101,10 @@ impl PipelineOptions {
 pub struct Summary {
     /// The interface.
     pub iface: String,
+    /// Records taken in, of every kind.
+    pub records: u64,
+    /// Flows holding a delay histogram at the end.
+    pub flow_histograms: u64,
     /// Events taken in (packets and sojourns; not flow starts/ends).
     pub events: u64,
     /// Estimated packets.
@@ -156,6 +160,8 @@ impl Summary {
         };
         Self {
             iface: iface.to_owned(),
+            records: t.iface.records,
+            flow_histograms: t.histograms() as u64,
             events: t.iface.events,
             packets: t.iface.packets,
             bytes: t.iface.bytes,
@@ -292,10 +298,14 @@ async fn read(mut fd: AsyncFd<RingBuf<MapData>>, mut prod: HeapProd<Event>, shar
                         return;
                     }
                 };
+                // Clear first, then drain: a record committed after the
+                // last read sets readiness again. (Draining first lost that
+                // wakeup, and the kernel only notifies when the reader has
+                // caught up, so the ring then filled unread.)
+                guard.clear_ready();
                 if drain_kernel(guard.get_inner_mut(), &mut prod, &shared) {
                     shared.wake.notify_one();
                 }
-                guard.clear_ready();
             }
             () = shared.stop_reader.notified() => {
                 drain_kernel(fd.get_mut(), &mut prod, &shared);

@@ -63,6 +63,7 @@ pub fn summary_json(s: &Summary) -> Value {
     json!({
         "kind": "summary",
         "iface": s.iface,
+        "records": s.records,
         "events": s.events,
         "packets": s.packets,
         "bytes": s.bytes,
