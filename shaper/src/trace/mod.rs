@@ -8,7 +8,7 @@
 //! 2. struct offsets resolved from the running kernel's BTF (`crate::btf`)
 //!    into `TRACE_CONFIG`;
 //! 3. load the object's two tracer programs only (the pacer's flow table
-//!    shrunk to one entry), attach both;
+//!    and ring buffer shrunk to the minimum), attach both;
 //! 4. read the ring buffer (`reader`), aggregate with the project's
 //!    telemetry `FlowTable`, print (`report`) each second until
 //!    `--duration` ends or SIGINT/SIGTERM, then every flow and the summary.
@@ -54,6 +54,9 @@ use report::Counters;
 pub const MAX_DELAY_NS: u64 = 10_000_000_000;
 /// Enqueue stamps held at once: packets queued on the interface at a time.
 const STAMP_ENTRIES: u32 = 65_536;
+/// The smallest ring buffer, for the pacer's unused one (aya rounds a ring
+/// buffer up to whole pages, a power of two of them).
+const PAGE_BYTES: u32 = 4096;
 /// Ring buffer size: about 50,000 records of 80 bytes.
 const RING_BYTES: u32 = 4 << 20;
 
@@ -206,6 +209,7 @@ impl Tracer {
         let object = crate::bpf::object()?;
         let mut ebpf = EbpfLoader::new()
             .map_max_entries(shaper_common::maps::FLOWS, 1)
+            .map_max_entries(shaper_common::maps::EVENTS, PAGE_BYTES)
             .map_max_entries(names::STAMPS, STAMP_ENTRIES)
             .map_max_entries(names::EVENTS, RING_BYTES)
             .load(object)

@@ -33,9 +33,11 @@ impl EventReader {
     /// many were read.
     pub async fn read(&mut self, mut f: impl FnMut(&Event)) -> io::Result<usize> {
         let mut guard = self.fd.readable_mut().await?;
-        let n = drain(guard.get_inner_mut(), &mut self.malformed, &mut f);
+        // Readiness is cleared before draining: a record committed during
+        // the drain then wakes the next wait (the other order can lose that
+        // wakeup, and the ring fills with nobody reading).
         guard.clear_ready();
-        Ok(n)
+        Ok(drain(guard.get_inner_mut(), &mut self.malformed, &mut f))
     }
 
     /// Hands every record waiting now to `f`, without waiting.
