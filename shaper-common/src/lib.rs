@@ -19,6 +19,7 @@ pub mod fair;
 pub mod flow;
 pub mod observe;
 pub mod rate;
+pub mod trace;
 
 /// Names of the maps the classifier exports; the controller pins them under
 /// `/sys/fs/bpf/shaper/<iface>/` with the same names.

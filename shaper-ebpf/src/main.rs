@@ -21,6 +21,8 @@ mod observe;
 mod parse;
 #[cfg(target_arch = "bpf")]
 mod telemetry;
+#[cfg(target_arch = "bpf")]
+mod trace;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

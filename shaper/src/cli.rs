@@ -59,6 +59,9 @@ pub enum Command {
     /// Measure the classifier's cost per packet (BPF_PROG_TEST_RUN), or with
     /// --vm-part goodput, latency and CPU against CAKE in a lab.
     Bench(crate::bench::BenchArgs),
+    /// Measure each packet's time from qdisc enqueue to the driver on an
+    /// interface (any root qdisc), per second and per flow.
+    Trace(crate::trace::TraceArgs),
     /// Count what passes the interface's TC hooks against its own counters,
     /// to show traffic that bypasses them (flow offload), and list
     /// offloaded conntrack flows. Attaches only counting hooks; leaves the

@@ -8,6 +8,7 @@
 pub mod attach;
 pub mod bench;
 pub mod bpf;
+pub mod btf;
 pub mod checks;
 pub mod cli;
 pub mod commands;
@@ -23,3 +24,4 @@ pub mod state;
 pub mod status;
 pub mod tc;
 pub mod telemetry;
+pub mod trace;

@@ -19,6 +19,8 @@ fn exit_code(err: &anyhow::Error) -> i32 {
             || cause
                 .downcast_ref::<shaper::observe::ObserveError>()
                 .is_some_and(shaper::observe::is_usage_error)
+            || cause.is::<shaper::trace::TraceError>()
+            || cause.is::<shaper::bpf::ObjectError>()
             || matches!(
                 cause.downcast_ref::<LinkError>(),
                 Some(LinkError::NotFound { .. } | LinkError::InvalidName { .. })
@@ -52,6 +54,7 @@ fn main() {
         cli::Command::Cleanup { iface, force } => commands::cleanup(iface, force),
         cli::Command::Bench(args) => shaper::bench::run(args),
         cli::Command::Observe(args) => commands::observe(args),
+        cli::Command::Trace(args) => shaper::trace::run(args),
     };
     if let Err(e) = result {
         eprintln!("shaper: {e:#}");

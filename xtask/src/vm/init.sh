@@ -106,6 +106,20 @@ if chroot "$r" ip link add vmkeys0 type veth peer name vmkeys1 2>/dev/null; then
 else
     echo "vm-init: no veth for the clsact guard"
 fi
+# The same for the tracepoints `shaper trace` attaches to: a raw tracepoint
+# attach flips the tracepoint's static key (tracepoint_probe_register on the
+# first probe), by text_poke like the keys above. Enabling the trace events
+# registers a probe of their own for the whole run, so the key is already on
+# when a tracer attaches and stays on when it detaches. Recording is off and
+# the buffer tiny, so nothing is kept.
+t="$r/sys/kernel/tracing"
+if echo 0 >"$t/tracing_on" && echo 4 >"$t/buffer_size_kb"; then
+    for ev in qdisc/qdisc_enqueue net/net_dev_start_xmit; do
+        echo 1 >"$t/events/$ev/enable" 2>/dev/null || echo "vm-init: no $ev key guard"
+    done
+else
+    echo "vm-init: no tracefs control for the tracepoint key guard"
+fi
 
 : >"$r$RUN_DIR/started" || die "cannot write to the run directory $RUN_DIR"
 env -i chroot "$r" /bin/sh "$RUN_DIR/job.sh" </dev/null >/job-out 2>/job-err

@@ -1,0 +1,393 @@
+//! `shaper trace`: measures, in the kernel, the time each packet spends
+//! between a successful qdisc enqueue and its hand-off to the driver on one
+//! interface, for any root qdisc, with or without the pacer attached.
+//!
+//! Steps, in order; nothing is attached before every check passed:
+//! 1. privileges, the interface, the kernel's BTF and its raw tracepoints
+//!    `qdisc_enqueue` and `net_dev_start_xmit` (`btf_trace_*` typedefs);
+//! 2. struct offsets resolved from the running kernel's BTF (`crate::btf`)
+//!    into `TRACE_CONFIG`;
+//! 3. load the object's two tracer programs only (the pacer's flow table
+//!    and ring buffer shrunk to the minimum), attach both;
+//! 4. read the ring buffer (`reader`), aggregate with the project's
+//!    telemetry `FlowTable`, print (`report`) each second until
+//!    `--duration` ends or SIGINT/SIGTERM, then every flow and the summary.
+//!
+//! Dropping the loaded object detaches the programs (aya's links are owned
+//! by it), also on an error path.
+//!
+//! Units: ns inside, ms in text output.
+//!
+//! Non-goals: changing the interface in any way; tracing more than one
+//! interface per process.
+
+pub mod reader;
+pub mod report;
+
+use std::{
+    os::unix::fs::MetadataExt,
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, Result};
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, PerCpuArray, RingBuf},
+    programs::{ProgramError, RawTracePoint},
+};
+use clap::Args;
+use shaper_common::trace::{TraceConfig, TraceCounter, names};
+use tokio::signal::unix::{SignalKind, signal};
+use tracing::{debug, info, warn};
+
+use crate::{
+    btf::{Btf, BtfError},
+    checks::Capabilities,
+    link::link_by_name,
+    telemetry::{FlowTable, FlowTableOptions, Output, Summary, pipeline::monotonic_ns, view},
+};
+use report::Counters;
+
+/// Stamps older than this are stale (an skb freed in the qdisc and its
+/// address reused). Ten seconds is beyond any sane qdisc delay (sch_fq's
+/// horizon defaults to 10 s).
+pub const MAX_DELAY_NS: u64 = 10_000_000_000;
+/// Enqueue stamps held at once: packets queued on the interface at a time.
+const STAMP_ENTRIES: u32 = 65_536;
+/// The smallest ring buffer, for the pacer's unused one (aya rounds a ring
+/// buffer up to whole pages, a power of two of them).
+const PAGE_BYTES: u32 = 4096;
+/// Ring buffer size: about 50,000 records of 80 bytes.
+const RING_BYTES: u32 = 4 << 20;
+
+/// Arguments of `shaper trace`.
+#[derive(Debug, Args)]
+pub struct TraceArgs {
+    /// Interface whose qdisc sojourn to measure.
+    #[arg(long, value_name = "IF")]
+    pub iface: String,
+    /// Stop after this long: seconds (`10`) or a duration (`10s`, `500ms`).
+    /// Without it, run until SIGINT or SIGTERM.
+    #[arg(long, value_name = "S", value_parser = parse_trace_duration)]
+    pub duration: Option<Duration>,
+    /// Newline-delimited JSON records instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Parses `--duration`: plain seconds or a duration with a unit; 1 ms to
+/// one year.
+pub fn parse_trace_duration(s: &str) -> Result<Duration, String> {
+    let d = match s.trim().parse::<u64>() {
+        Ok(secs) => Duration::from_secs(secs),
+        Err(_) => crate::config::parse_duration(s)?,
+    };
+    if d < Duration::from_millis(1) || d > Duration::from_secs(366 * 86_400) {
+        return Err(format!(
+            "'{s}' is out of range: give 1ms to 1 year, e.g. --duration 10"
+        ));
+    }
+    Ok(d)
+}
+
+/// Usage errors of `shaper trace` (exit 2; nothing attached).
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    /// Reading or using the kernel's BTF failed.
+    #[error("the tracer cannot resolve kernel struct offsets")]
+    Btf(#[from] BtfError),
+    /// The kernel lacks a tracepoint the tracer needs.
+    #[error(
+        "this kernel ({release}) has no raw tracepoint '{tracepoint}': the tracer needs \
+         Linux 5.14 or later (qdisc_enqueue) with CONFIG_NET_SCHED and tracepoints enabled"
+    )]
+    NoTracepoint {
+        /// The tracepoint.
+        tracepoint: &'static str,
+        /// `uname -r`.
+        release: String,
+    },
+    /// A struct member has an unexpected size in BTF.
+    #[error(
+        "{what} is {got} bytes in this kernel's BTF, the tracer expects {want}: this kernel \
+         is not supported by `shaper trace`"
+    )]
+    Layout {
+        /// `struct.member`.
+        what: String,
+        /// Its size.
+        got: u32,
+        /// The size the programs read.
+        want: u32,
+    },
+}
+
+/// Fills a `TraceConfig` for `ifindex` from `btf`.
+pub fn resolve_config(btf: &Btf, ifindex: u32, netns_ino: u32) -> Result<TraceConfig, TraceError> {
+    let off = |s: &str, m: &str, want: u32| -> Result<u16, TraceError> {
+        let member = btf.member(s, m)?;
+        if member.size_bytes != want {
+            return Err(TraceError::Layout {
+                what: format!("{s}.{m}"),
+                got: member.size_bytes,
+                want,
+            });
+        }
+        u16::try_from(member.offset_bytes).map_err(|_| {
+            TraceError::Btf(BtfError::Malformed {
+                detail: format!("{s}.{m} at offset {} is beyond 64 KiB", member.offset_bytes),
+            })
+        })
+    };
+    // The netns guard is optional: a kernel without CONFIG_NET_NS has no
+    // `struct net` member to read; then only the ifindex is matched.
+    let netns = (|| -> Result<(u16, u16), TraceError> {
+        let nd_net = off("net_device", "nd_net", 8)?;
+        let ns = btf.member("net", "ns")?.offset_bytes;
+        let inum = btf.member("ns_common", "inum")?.offset_bytes;
+        let sum = u16::try_from(ns + inum).map_err(|_| {
+            TraceError::Btf(BtfError::Malformed {
+                detail: "net.ns.inum beyond 64 KiB".into(),
+            })
+        })?;
+        Ok((nd_net, sum))
+    })();
+    let (dev_nd_net, net_inum, netns_ino) = match netns {
+        Ok((a, b)) => (a, b, netns_ino),
+        Err(e) => {
+            warn!(error = %e, "no network-namespace guard: matching the ifindex only");
+            (0, 0, 0)
+        }
+    };
+    Ok(TraceConfig {
+        max_delay_ns: MAX_DELAY_NS,
+        ifindex,
+        netns_ino,
+        skb_len: off("sk_buff", "len", 4)?,
+        skb_dev: off("sk_buff", "dev", 8)?,
+        skb_head: off("sk_buff", "head", 8)?,
+        skb_network_header: off("sk_buff", "network_header", 2)?,
+        skb_transport_header: off("sk_buff", "transport_header", 2)?,
+        skb_protocol: off("sk_buff", "protocol", 2)?,
+        dev_ifindex: off("net_device", "ifindex", 4)?,
+        dev_nd_net,
+        net_inum,
+        pad: [0; 6],
+    })
+}
+
+/// The tracer, loaded and attached. Dropping it detaches.
+pub struct Tracer {
+    ebpf: Ebpf,
+}
+
+fn load_error(what: &str) -> impl Fn(String) -> anyhow::Error + '_ {
+    move |detail| anyhow::anyhow!("loading the tracer failed: {what}: {detail}")
+}
+
+impl Tracer {
+    /// Checks, resolves, loads and attaches (steps 1–3 of the module doc).
+    pub fn attach(iface: &str) -> Result<Tracer> {
+        Capabilities::current()?.check()?;
+        let link = link_by_name(iface)?;
+        let btf = Btf::from_sys().map_err(TraceError::Btf)?;
+        let release = crate::checks::kernel_release();
+        for tp in [names::TP_ENQUEUE, names::TP_XMIT] {
+            if !btf.has_typedef(&format!("btf_trace_{tp}")) {
+                return Err(TraceError::NoTracepoint {
+                    tracepoint: tp,
+                    release,
+                }
+                .into());
+            }
+        }
+        let netns_ino = std::fs::metadata("/proc/self/ns/net")
+            .map(|m| m.ino() as u32)
+            .unwrap_or(0);
+        let config = resolve_config(&btf, link.ifindex, netns_ino)?;
+        debug!(?config, "resolved kernel offsets");
+        let object = crate::bpf::object()?;
+        let mut ebpf = EbpfLoader::new()
+            .map_max_entries(shaper_common::maps::FLOWS, 1)
+            .map_max_entries(shaper_common::maps::EVENTS, PAGE_BYTES)
+            .map_max_entries(names::STAMPS, STAMP_ENTRIES)
+            .map_max_entries(names::EVENTS, RING_BYTES)
+            .load(object)
+            .map_err(|e| load_error("the object")(format!("{e:#}")))?;
+        {
+            let map = ebpf
+                .map_mut(names::CONFIG)
+                .context("the object has no tracer config map")?;
+            let mut array: Array<_, TraceConfig> =
+                Array::try_from(map).map_err(|e| load_error(names::CONFIG)(e.to_string()))?;
+            array
+                .set(0, config, 0)
+                .map_err(|e| load_error(names::CONFIG)(e.to_string()))?;
+        }
+        for (prog, tp) in [
+            (names::PROG_ENQUEUE, names::TP_ENQUEUE),
+            (names::PROG_XMIT, names::TP_XMIT),
+        ] {
+            let p: &mut RawTracePoint = ebpf
+                .program_mut(prog)
+                .with_context(|| format!("the object has no program {prog}"))?
+                .try_into()
+                .map_err(|e: ProgramError| load_error(prog)(e.to_string()))?;
+            p.load().map_err(|e| load_error(prog)(format!("{e:#}")))?;
+            if let Err(e) = p.attach(tp) {
+                if is_enoent(&e) {
+                    return Err(TraceError::NoTracepoint {
+                        tracepoint: tp,
+                        release: release.clone(),
+                    }
+                    .into());
+                }
+                return Err(load_error(tp)(format!("attaching: {e:#}")));
+            }
+        }
+        Ok(Tracer { ebpf })
+    }
+
+    /// The kernel counters, summed over CPUs.
+    pub fn counters(&self) -> Result<Counters> {
+        let map = self
+            .ebpf
+            .map(names::COUNTERS)
+            .context("the object has no tracer counters map")?;
+        let array: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
+        let mut sum = [0u64; TraceCounter::COUNT as usize];
+        for c in TraceCounter::ALL {
+            let per_cpu = array
+                .get(&(c as u32), 0)
+                .with_context(|| format!("reading counter {}", c.name()))?;
+            sum[c as usize] = per_cpu.iter().sum();
+        }
+        Ok(Counters {
+            enqueued: sum[TraceCounter::Enqueued as usize],
+            measured: sum[TraceCounter::Measured as usize],
+            no_enqueue_record: sum[TraceCounter::NoEnqueueRecord as usize],
+            stale_discarded: sum[TraceCounter::StaleDiscarded as usize],
+            events_lost: sum[TraceCounter::EventsLost as usize],
+            parse_failures: sum[TraceCounter::ParseFailures as usize],
+        })
+    }
+
+    /// Takes the ring buffer out of the object, for the reader.
+    pub fn take_events(&mut self) -> Result<reader::EventReader> {
+        let map = self
+            .ebpf
+            .take_map(names::EVENTS)
+            .context("the object has no tracer ring buffer")?;
+        let ring = RingBuf::try_from(map)?;
+        Ok(reader::EventReader::new(ring)?)
+    }
+}
+
+fn is_enoent(e: &ProgramError) -> bool {
+    match e {
+        ProgramError::SyscallError(s) => s.io_error.raw_os_error() == Some(libc::ENOENT),
+        _ => false,
+    }
+}
+
+/// `shaper trace`: attach, report each second, print the flows and the
+/// summary, detach.
+pub fn run(args: TraceArgs) -> Result<()> {
+    let mut tracer = Tracer::attach(&args.iface)?;
+    info!(iface = %args.iface, "tracer attached");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let mut table = FlowTable::new(FlowTableOptions::default())?;
+    let mut emitter = view::Emitter::new(Output::Json, &args.iface, "trace", 10);
+    let start = Instant::now();
+    let mut malformed = 0;
+    rt.block_on(async {
+        let mut events = tracer.take_events()?;
+        let mut sigint = signal(SignalKind::interrupt()).context("SIGINT handler")?;
+        let mut sigterm = signal(SignalKind::terminate()).context("SIGTERM handler")?;
+        let deadline = args
+            .duration
+            .map(|d| tokio::time::Instant::from_std(start + d));
+        let mut tick = tokio::time::interval_at(
+            tokio::time::Instant::from_std(start + Duration::from_secs(1)),
+            Duration::from_secs(1),
+        );
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let until = async {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::pin!(until);
+        let mut packets_before = 0;
+        loop {
+            tokio::select! {
+                r = events.read(|e| table.record(e)) => { r.context("reading the ring buffer")?; }
+                _ = tick.tick() => {
+                    table.tick(monotonic_ns());
+                    let s = Summary::from_table(&args.iface, &table, 0, tracer.counters()?.named());
+                    if args.json {
+                        emitter.interval(start.elapsed(), &table, &s);
+                    } else {
+                        let t_s = start.elapsed().as_secs_f64();
+                        let line = report::interval_text(t_s, s.packets - packets_before, &table, &s);
+                        println!("{line}");
+                    }
+                    packets_before = s.packets;
+                }
+                _ = &mut until => break,
+                _ = sigint.recv() => break,
+                _ = sigterm.recv() => break,
+            }
+        }
+        events.drain_now(|e| table.record(e));
+        malformed = events.malformed;
+        anyhow::Ok(())
+    })?;
+    if malformed > 0 {
+        warn!(records = malformed, "short ring-buffer records ignored");
+    }
+    let counters = tracer.counters()?;
+    let elapsed_s = start.elapsed().as_secs_f64();
+    drop(tracer);
+    let summary = Summary::from_table(&args.iface, &table, 0, counters.named());
+    for line in report::finish(&table, &summary, &counters, elapsed_s, args.json) {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn duration_parses_seconds_and_units_and_rejects_nonsense() {
+        assert_eq!(parse_trace_duration("10"), Ok(Duration::from_secs(10)));
+        assert_eq!(
+            parse_trace_duration("500ms"),
+            Ok(Duration::from_millis(500))
+        );
+        for bad in ["0", "-1", "abc", "10 parsecs", "2000y"] {
+            let e = parse_trace_duration(bad).expect_err(bad);
+            assert!(e.contains(bad.trim()) || e.contains("unit"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn resolves_offsets_of_the_host_kernel() {
+        let Ok(btf) = Btf::from_sys() else {
+            eprintln!("skipped: no kernel BTF");
+            return;
+        };
+        let c = resolve_config(&btf, 7, 4026531840).expect("resolved");
+        assert_eq!(c.ifindex, 7);
+        assert_ne!(c.skb_head, c.skb_dev);
+        assert!(c.net_inum != 0 && c.dev_nd_net != 0, "{c:?}");
+        assert!(btf.has_typedef("btf_trace_qdisc_enqueue"));
+        assert!(btf.has_typedef("btf_trace_net_dev_start_xmit"));
+    }
+}
