@@ -191,7 +191,7 @@ struct Shared {
 pub struct Pipeline {
     shared: Arc<Shared>,
     reader: JoinHandle<()>,
-    aggregator: JoinHandle<Summary>,
+    aggregator: JoinHandle<(Summary, FlowTable)>,
     server: Option<JoinHandle<()>>,
     /// Where metrics are served (the bound address, port 0 resolved).
     pub metrics_addr: Option<SocketAddr>,
@@ -253,22 +253,28 @@ impl Pipeline {
 
     /// Drains both rings, stops every task, and returns the summary.
     pub async fn stop(self) -> Summary {
+        self.stop_with_table().await.0
+    }
+
+    /// As [`Pipeline::stop`], also returning the final flow table (`None`
+    /// if the aggregator failed).
+    pub async fn stop_with_table(self) -> (Summary, Option<FlowTable>) {
         self.shared.stop_reader.notify_one();
         if let Err(e) = self.reader.await {
             warn!(error = %e, "the telemetry reader ended badly");
         }
         self.shared.stop_aggregator.notify_one();
-        let summary = match self.aggregator.await {
-            Ok(s) => s,
+        let result = match self.aggregator.await {
+            Ok((s, t)) => (s, Some(t)),
             Err(e) => {
                 warn!(error = %e, "the telemetry aggregator ended badly");
-                Summary::default()
+                (Summary::default(), None)
             }
         };
         if let Some(s) = self.server {
             s.abort();
         }
-        summary
+        result
     }
 }
 
@@ -329,7 +335,7 @@ async fn aggregate(
     opts: PipelineOptions,
     mut counters: CounterSource,
     text_tx: watch::Sender<String>,
-) -> Summary {
+) -> (Summary, FlowTable) {
     let mut tick = tokio::time::interval(opts.interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let started = std::time::Instant::now();
@@ -353,7 +359,8 @@ async fn aggregate(
     }
     drain_spsc(&mut cons, &mut table);
     let dropped = shared.dropped_user.load(Ordering::Relaxed);
-    Summary::from_table(&opts.iface, &table, dropped, counters())
+    let summary = Summary::from_table(&opts.iface, &table, dropped, counters());
+    (summary, table)
 }
 
 /// CLOCK_MONOTONIC now, in ns: the clock `bpf_ktime_get_ns` reads.

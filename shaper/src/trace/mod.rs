@@ -21,18 +21,19 @@
 //! Non-goals: changing the interface in any way; tracing more than one
 //! interface per process.
 
-pub mod reader;
 pub mod report;
 
 use std::{
+    io::Write,
     os::unix::fs::MetadataExt,
+    sync::Arc,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, Result};
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, PerCpuArray, RingBuf},
+    maps::{Array, MapData, PerCpuArray, RingBuf},
     programs::{ProgramError, RawTracePoint},
 };
 use clap::Args;
@@ -44,7 +45,9 @@ use crate::{
     btf::{Btf, BtfError},
     checks::Capabilities,
     link::link_by_name,
-    telemetry::{FlowTable, FlowTableOptions, Output, Summary, pipeline::monotonic_ns, view},
+    telemetry::{
+        FlowTable, FlowTableOptions, Output, Pipeline, PipelineOptions, pipeline::CounterSource,
+    },
 };
 use report::Counters;
 
@@ -73,6 +76,12 @@ pub struct TraceArgs {
     /// Newline-delimited JSON records instead of text.
     #[arg(long)]
     pub json: bool,
+    /// Serve Prometheus metrics over HTTP (default 127.0.0.1:9464).
+    #[arg(long, value_name = "ADDR", num_args = 0..=1, default_missing_value = "127.0.0.1:9464")]
+    pub metrics: Option<std::net::SocketAddr>,
+    /// Flows shown in the live view and exported per flow.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    pub top: usize,
 }
 
 /// Parses `--duration`: plain seconds or a duration with a unit; 1 ms to
@@ -255,32 +264,48 @@ impl Tracer {
             .map(names::COUNTERS)
             .context("the object has no tracer counters map")?;
         let array: PerCpuArray<_, u64> = PerCpuArray::try_from(map)?;
-        let mut sum = [0u64; TraceCounter::COUNT as usize];
-        for c in TraceCounter::ALL {
-            let per_cpu = array
-                .get(&(c as u32), 0)
-                .with_context(|| format!("reading counter {}", c.name()))?;
-            sum[c as usize] = per_cpu.iter().sum();
-        }
-        Ok(Counters {
-            enqueued: sum[TraceCounter::Enqueued as usize],
-            measured: sum[TraceCounter::Measured as usize],
-            no_enqueue_record: sum[TraceCounter::NoEnqueueRecord as usize],
-            stale_discarded: sum[TraceCounter::StaleDiscarded as usize],
-            events_lost: sum[TraceCounter::EventsLost as usize],
-            parse_failures: sum[TraceCounter::ParseFailures as usize],
-        })
+        read_counters(&array)
     }
 
-    /// Takes the ring buffer out of the object, for the reader.
-    pub fn take_events(&mut self) -> Result<reader::EventReader> {
+    /// Takes the counters map out of the object (for a reader that
+    /// outlives borrows of the tracer, such as the telemetry pipeline's).
+    pub fn take_counters(&mut self) -> Result<PerCpuArray<MapData, u64>> {
+        let map = self
+            .ebpf
+            .take_map(names::COUNTERS)
+            .context("the object has no tracer counters map")?;
+        Ok(PerCpuArray::try_from(map)?)
+    }
+
+    /// Takes the ring buffer out of the object.
+    pub fn take_ring(&mut self) -> Result<RingBuf<MapData>> {
         let map = self
             .ebpf
             .take_map(names::EVENTS)
             .context("the object has no tracer ring buffer")?;
-        let ring = RingBuf::try_from(map)?;
-        Ok(reader::EventReader::new(ring)?)
+        Ok(RingBuf::try_from(map)?)
     }
+}
+
+/// The tracer's counters in `array`, summed over CPUs.
+pub fn read_counters<T: std::borrow::Borrow<MapData>>(
+    array: &PerCpuArray<T, u64>,
+) -> Result<Counters> {
+    let mut sum = [0u64; TraceCounter::COUNT as usize];
+    for c in TraceCounter::ALL {
+        let per_cpu = array
+            .get(&(c as u32), 0)
+            .with_context(|| format!("reading counter {}", c.name()))?;
+        sum[c as usize] = per_cpu.iter().sum();
+    }
+    Ok(Counters {
+        enqueued: sum[TraceCounter::Enqueued as usize],
+        measured: sum[TraceCounter::Measured as usize],
+        no_enqueue_record: sum[TraceCounter::NoEnqueueRecord as usize],
+        stale_discarded: sum[TraceCounter::StaleDiscarded as usize],
+        events_lost: sum[TraceCounter::EventsLost as usize],
+        parse_failures: sum[TraceCounter::ParseFailures as usize],
+    })
 }
 
 fn is_enoent(e: &ProgramError) -> bool {
@@ -290,72 +315,62 @@ fn is_enoent(e: &ProgramError) -> bool {
     }
 }
 
-/// `shaper trace`: attach, report each second, print the flows and the
-/// summary, detach.
+/// `shaper trace`: attach, run the telemetry pipeline on the sojourn
+/// records (live view, plain lines, or NDJSON; metrics if asked) until
+/// the duration ends or a signal comes, print every flow and the summary,
+/// detach.
 pub fn run(args: TraceArgs) -> Result<()> {
     let mut tracer = Tracer::attach(&args.iface)?;
     info!(iface = %args.iface, "tracer attached");
+    let ring = tracer.take_ring()?;
+    let counters = Arc::new(tracer.take_counters()?);
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    let mut table = FlowTable::new(FlowTableOptions::default())?;
-    let mut emitter = view::Emitter::new(Output::Json, &args.iface, "trace", 10);
     let start = Instant::now();
-    let mut malformed = 0;
-    rt.block_on(async {
-        let mut events = tracer.take_events()?;
+    let (summary, table) = rt.block_on(async {
         let mut sigint = signal(SignalKind::interrupt()).context("SIGINT handler")?;
         let mut sigterm = signal(SignalKind::terminate()).context("SIGTERM handler")?;
-        let deadline = args
-            .duration
-            .map(|d| tokio::time::Instant::from_std(start + d));
-        let mut tick = tokio::time::interval_at(
-            tokio::time::Instant::from_std(start + Duration::from_secs(1)),
-            Duration::from_secs(1),
-        );
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let shared = Arc::clone(&counters);
+        let source: CounterSource = Box::new(move || {
+            read_counters(shared.as_ref())
+                .map(|c| c.named())
+                .unwrap_or_default()
+        });
+        let mut opts = PipelineOptions::new(&args.iface, "trace", Output::detect(args.json));
+        opts.metrics = args.metrics;
+        opts.top = args.top;
+        let pipeline = Pipeline::start(ring, source, opts).await?;
+        if let Some(addr) = pipeline.metrics_addr {
+            eprintln!("shaper: metrics at http://{addr}/metrics");
+        }
         let until = async {
-            match deadline {
-                Some(d) => tokio::time::sleep_until(d).await,
+            match args.duration {
+                Some(d) => {
+                    tokio::time::sleep_until(tokio::time::Instant::from_std(start + d)).await
+                }
                 None => std::future::pending().await,
             }
         };
-        tokio::pin!(until);
-        let mut packets_before = 0;
-        loop {
-            tokio::select! {
-                r = events.read(|e| table.record(e)) => { r.context("reading the ring buffer")?; }
-                _ = tick.tick() => {
-                    table.tick(monotonic_ns());
-                    let s = Summary::from_table(&args.iface, &table, 0, tracer.counters()?.named());
-                    if args.json {
-                        emitter.interval(start.elapsed(), &table, &s);
-                    } else {
-                        let t_s = start.elapsed().as_secs_f64();
-                        let line = report::interval_text(t_s, s.packets - packets_before, &table, &s);
-                        println!("{line}");
-                    }
-                    packets_before = s.packets;
-                }
-                _ = &mut until => break,
-                _ = sigint.recv() => break,
-                _ = sigterm.recv() => break,
-            }
+        tokio::select! {
+            () = until => {}
+            _ = sigint.recv() => {}
+            _ = sigterm.recv() => {}
         }
-        events.drain_now(|e| table.record(e));
-        malformed = events.malformed;
-        anyhow::Ok(())
+        anyhow::Ok(pipeline.stop_with_table().await)
     })?;
-    if malformed > 0 {
-        warn!(records = malformed, "short ring-buffer records ignored");
-    }
-    let counters = tracer.counters()?;
     let elapsed_s = start.elapsed().as_secs_f64();
+    let c = read_counters(counters.as_ref())?;
     drop(tracer);
-    let summary = Summary::from_table(&args.iface, &table, 0, counters.named());
-    for line in report::finish(&table, &summary, &counters, elapsed_s, args.json) {
-        println!("{line}");
+    let table = match table {
+        Some(t) => t,
+        None => FlowTable::new(FlowTableOptions::default())?,
+    };
+    let mut out = std::io::stdout().lock();
+    for line in report::finish(&table, &summary, &c, elapsed_s, args.json) {
+        // A closed pipe is no reason to fail after the measurement.
+        let _ = writeln!(out, "{line}");
     }
     Ok(())
 }

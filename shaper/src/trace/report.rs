@@ -60,32 +60,6 @@ fn quantile(row: &FlowRow<'_>, q: f64) -> String {
         .map_or_else(|| "-".to_owned(), ms)
 }
 
-/// One plain line for the interval that ended `t_s` seconds into the run,
-/// in which `packets` packets were measured.
-pub fn interval_text(t_s: f64, packets: u64, table: &FlowTable, s: &Summary) -> String {
-    let mut line = format!(
-        "{t_s:>5.1}s {}: {packets} packets (total {}), sojourn p50 {} p99 {} max {}",
-        s.iface,
-        s.packets,
-        ms(s.delay_p50_ns),
-        ms(s.delay_p99_ns),
-        ms(s.delay_max_ns)
-    );
-    let top = table.top(3);
-    if !top.is_empty() {
-        line.push_str("; top:");
-        for row in &top {
-            line.push_str(&format!(
-                " [{} {}pk p99 {}]",
-                flow_label(row.key),
-                row.stats.packets,
-                quantile(row, 0.99)
-            ));
-        }
-    }
-    line
-}
-
 /// Every flow still in the table, busiest (bytes) first.
 fn flows_by_bytes(table: &FlowTable) -> Vec<FlowRow<'_>> {
     let mut rows: Vec<FlowRow<'_>> = table.iter().collect();
@@ -215,13 +189,6 @@ mod tests {
         assert!(s.delay_p50_ns.abs_diff(20_000_000) < 20_000, "{s:?}");
         assert!(s.delay_p99_ns.abs_diff(30_000_000) < 30_000, "{s:?}");
         assert!(s.delay_max_ns.abs_diff(100_000_000) < 100_000, "{s:?}");
-        let line = interval_text(1.0, 100, &t, &s);
-        assert!(line.contains("100 packets (total 100)"), "{line}");
-        assert!(line.contains("sojourn p50 20.0"), "{line}");
-        assert!(
-            line.contains("10.0.0.1:1000 > 10.0.0.2:9 udp 50pk"),
-            "{line}"
-        );
     }
 
     #[test]
