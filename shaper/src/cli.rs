@@ -67,6 +67,10 @@ pub enum Command {
     /// offloaded conntrack flows. Attaches only counting hooks; leaves the
     /// interface as found.
     Observe(ObserveArgs),
+    /// Compare none, CAKE, fq_codel and the shaper on the same traffic in a
+    /// namespace testbed: throughput, idle and loaded ping, CPU, kernel
+    /// queueing delay; Markdown tables, SVG plots, JSON.
+    Lab(crate::lab::cli::LabArgs),
 }
 
 /// Arguments of `shaper observe`.

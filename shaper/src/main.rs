@@ -20,6 +20,7 @@ fn exit_code(err: &anyhow::Error) -> i32 {
                 .downcast_ref::<shaper::observe::ObserveError>()
                 .is_some_and(shaper::observe::is_usage_error)
             || cause.is::<shaper::trace::TraceError>()
+            || cause.is::<shaper::lab::cli::LabUsageError>()
             || cause.is::<shaper::bpf::ObjectError>()
             || matches!(
                 cause.downcast_ref::<LinkError>(),
@@ -55,6 +56,7 @@ fn main() {
         cli::Command::Bench(args) => shaper::bench::run(args),
         cli::Command::Observe(args) => commands::observe(args),
         cli::Command::Trace(args) => shaper::trace::run(args),
+        cli::Command::Lab(args) => shaper::lab::run::run(args),
     };
     if let Err(e) = result {
         eprintln!("shaper: {e:#}");

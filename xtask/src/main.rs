@@ -8,6 +8,7 @@
 
 mod bench;
 mod ebpf;
+mod lab;
 mod test;
 mod toolchain;
 mod vm;
@@ -36,7 +37,8 @@ enum Task {
         #[arg(long)]
         debug: bool,
     },
-    /// Build, then run `shaper run ARGS` as root.
+    /// Build, then run `shaper run ARGS` as root. Without `--iface`: the
+    /// lab's testbed with the shaper (`shaper lab --quick`), no real network.
     Run {
         /// Arguments for `shaper run`, e.g. `-- --iface eth0 --rate 850mbit`.
         #[arg(last = true)]
@@ -47,6 +49,9 @@ enum Task {
     /// Benchmark: ns/packet here (BPF_PROG_TEST_RUN), goodput, latency and CPU
     /// against CAKE in the VM; JSON and a table.
     Bench(bench::BenchArgs),
+    /// Compare none, CAKE, fq_codel and the shaper in a namespace lab
+    /// (`shaper lab`), in the VM when this kernel lacks those qdiscs.
+    Lab(lab::LabArgs),
     /// Boot a stock Debian kernel in QEMU and run CMD inside.
     Vm {
         /// Kernel to boot.
@@ -113,6 +118,24 @@ fn run(cli: Cli) -> Result<i32> {
             let tc = toolchain::setup(&[])?;
             let obj = ebpf::build_ebpf(&root, &tc)?;
             let bin = ebpf::build_host(&root, &obj, true)?;
+            if !args
+                .iter()
+                .any(|a| a == "--iface" || a.starts_with("--iface="))
+            {
+                // No interface: the lab's testbed instead of a real network.
+                eprintln!(
+                    "xtask run: no --iface given: running the shaper in the lab's testbed \
+                     (`shaper lab --quick --states none,cake,shaper`) instead"
+                );
+                if !is_root() {
+                    anyhow::bail!("the lab needs root: run `sudo -E cargo xtask run`");
+                }
+                let mut lab_args: Vec<String> = ["--quick", "--states", "none,cake,shaper"]
+                    .map(String::from)
+                    .into();
+                lab_args.extend(args);
+                return lab::run_built(&root, &bin, false, false, &lab_args);
+            }
             let mut cmd = if is_root() {
                 Command::new(&bin)
             } else {
@@ -129,6 +152,7 @@ fn run(cli: Cli) -> Result<i32> {
         }
         Task::Test(args) => test::run(&root, &args),
         Task::Bench(args) => bench::run(&root, &args),
+        Task::Lab(args) => lab::run(&root, &args),
         Task::Vm { kernel, cmd } => vm::run(&root, kernel, &cmd),
     }
 }

@@ -18,6 +18,8 @@
 //! - [`cpu`]: whole-machine CPU time from /proc/stat over a run.
 //! - [`stats`]: percentiles, mean, Jain's fairness index.
 //! - [`scenario`]: one run of all of the above, returning a [`RunResult`].
+//! - [`cli`], [`run`], [`report`], [`plot`]: the `shaper lab` command (seed
+//!   000's method per state, the JSON, the Markdown tables, the SVG plots).
 //!
 //! Invariants:
 //! - The lab changes only namespaces it created (names start with
@@ -37,8 +39,12 @@
 //! make absolute figures meaningful under emulation (compare states measured
 //! in the same run instead).
 
+pub mod cli;
 pub mod cpu;
 pub mod ping;
+pub mod plot;
+pub mod report;
+pub mod run;
 pub mod scenario;
 pub mod state;
 pub mod stats;

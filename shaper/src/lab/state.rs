@@ -9,6 +9,8 @@
 //!   fairness, 100 ms RTT, no overhead compensation, ECN on, no ack
 //!   filter). CAKE counts `skb->len` plus nothing, like the shaper does by
 //!   default, so the two meet the same rate on the same traffic.
+//! - [`State::FqCodel`] is an HTB root class at R with an fq_codel leaf
+//!   (fq_codel's defaults: 5 ms target, 100 ms interval, ECN on).
 //! - [`State::Shaper`] runs `shaper run --iface wan0 --rate R <extra args>`
 //!   in the router namespace, and is ready when `shaper status --iface wan0`
 //!   lists a classifier. It is stopped with SIGTERM, and must exit 0 (which
@@ -47,6 +49,12 @@ pub enum State {
         /// Its bandwidth.
         rate: Rate,
     },
+    /// HTB at `rate` with fq_codel as its only leaf (what sqm-scripts'
+    /// `simple.qos` builds, without its priority classes).
+    FqCodel {
+        /// The HTB class rate.
+        rate: Rate,
+    },
     /// The shaper binary at `bin`, run at `rate` with `extra_args` appended.
     Shaper {
         /// Path of the `shaper` binary.
@@ -64,6 +72,7 @@ impl State {
         match self {
             State::None => "none".to_owned(),
             State::Cake { rate } => format!("cake {rate}"),
+            State::FqCodel { rate } => format!("fq_codel {rate}"),
             State::Shaper {
                 rate, extra_args, ..
             } if extra_args.is_empty() => format!("shaper {rate}"),
@@ -77,7 +86,9 @@ impl State {
     pub fn rate(&self) -> Option<Rate> {
         match self {
             State::None => None,
-            State::Cake { rate } | State::Shaper { rate, .. } => Some(*rate),
+            State::Cake { rate } | State::FqCodel { rate } | State::Shaper { rate, .. } => {
+                Some(*rate)
+            }
         }
     }
 
@@ -98,6 +109,20 @@ impl State {
                     "bandwidth",
                     &tc_rate(*rate),
                     "besteffort",
+                ])?;
+            }
+            State::FqCodel { rate } => {
+                let router = tb.ns(Host::Router);
+                let r = tc_rate(*rate);
+                router.tc(&[
+                    "qdisc", "replace", "dev", dev, "root", "handle", "1:", "htb", "default", "1",
+                ])?;
+                router.tc(&[
+                    "class", "add", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate",
+                    &r, "ceil", &r,
+                ])?;
+                router.tc(&[
+                    "qdisc", "add", "dev", dev, "parent", "1:1", "handle", "10:", "fq_codel",
                 ])?;
             }
             State::Shaper {
@@ -230,6 +255,14 @@ impl AppliedState<'_> {
                 ])?;
                 *rate = new;
             }
+            State::FqCodel { rate } => {
+                let r = tc_rate(new);
+                self.tb.ns(Host::Router).tc(&[
+                    "class", "change", "dev", dev, "parent", "1:", "classid", "1:1", "htb", "rate",
+                    &r, "ceil", &r,
+                ])?;
+                *rate = new;
+            }
             State::Shaper { bin, rate, .. } => {
                 self.tb.run(
                     Host::Router,
@@ -289,7 +322,7 @@ impl AppliedState<'_> {
         self.stopped = true;
         match &self.state {
             State::None => Ok(()),
-            State::Cake { .. } => {
+            State::Cake { .. } | State::FqCodel { .. } => {
                 let dev = self.tb.wan_dev();
                 let router = self.tb.ns(Host::Router);
                 router.tc(&["qdisc", "del", "dev", dev, "root"]).map(drop)

@@ -66,6 +66,8 @@ pub struct FlowSpec {
     pub bitrate: Option<Rate>,
     /// UDP (`-u`) instead of TCP; needs `bitrate`.
     pub udp: bool,
+    /// Reverse (`-R`): the server sends toward `from` (a download).
+    pub reverse: bool,
 }
 
 impl FlowSpec {
@@ -78,6 +80,7 @@ impl FlowSpec {
             cc: None,
             bitrate: None,
             udp: false,
+            reverse: false,
         }
     }
 
@@ -89,6 +92,7 @@ impl FlowSpec {
             cc: None,
             bitrate: Some(rate),
             udp: true,
+            reverse: false,
         }
     }
 
@@ -101,6 +105,12 @@ impl FlowSpec {
     /// The same with each stream limited to `rate` by iperf3.
     pub fn with_bitrate(mut self, rate: Rate) -> Self {
         self.bitrate = Some(rate);
+        self
+    }
+
+    /// The same in reverse: the server sends, `from` receives.
+    pub fn reversed(mut self) -> Self {
+        self.reverse = true;
         self
     }
 
@@ -118,6 +128,9 @@ impl FlowSpec {
         }
         if let Some(b) = self.bitrate {
             s.push_str(&format!(" @{b}"));
+        }
+        if self.reverse {
+            s.push_str(" reverse");
         }
         s
     }
@@ -227,6 +240,9 @@ impl IperfClient {
         }
         if spec.udp {
             cmd.arg("-u");
+        }
+        if spec.reverse {
+            cmd.arg("-R");
         }
         let daemon = Daemon::spawn(&mut cmd, "iperf3-client")?;
         Ok(Self {

@@ -1,0 +1,377 @@
+//! `shaper lab`: its arguments, and their validation into a [`LabConfig`]
+//! before anything is created.
+//!
+//! Invariants: every check here runs before the first namespace exists, so
+//! a refused request (unknown state, bad rate, missing tool, not root)
+//! changes nothing and exits 2 ([`LabUsageError`]).
+//!
+//! Units: `--rate` in tc syntax (bit/s), `--rtt` a duration (`20ms`),
+//! `--duration` seconds of measured load per direction.
+//!
+//! Non-goals: choosing the topology (the lab's [`Testbed`](super::Testbed)
+//! is fixed), states beyond the four the issue names.
+
+use std::{
+    path::{Path, PathBuf},
+    time::Duration,
+};
+
+use clap::Args;
+
+use crate::rate::Rate;
+
+/// Arguments of `shaper lab`.
+#[derive(Debug, Args)]
+pub struct LabArgs {
+    /// Shaping rate of every state that shapes (tc syntax, e.g. 50mbit).
+    #[arg(long, value_name = "RATE", default_value = "50mbit")]
+    pub rate: Rate,
+    /// Extra round-trip delay of the client's path, emulated with netem.
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = crate::config::parse_duration)]
+    pub rtt: Duration,
+    /// Measured seconds of load per direction (default 30, or 6 with --quick).
+    #[arg(long, value_name = "S", value_parser = crate::trace::parse_trace_duration)]
+    pub duration: Option<Duration>,
+    /// States to compare, in order, comma-separated: none, cake, fq_codel,
+    /// shaper.
+    #[arg(long, value_name = "LIST", default_value = "none,cake,fq_codel,shaper", value_parser = parse_states)]
+    pub states: StateList,
+    /// Write every raw sample and the per-state summary here as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the Markdown report and the SVG plots into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub report: Option<PathBuf>,
+    /// Short phases (6 s of load, a 3-step staircase): a few minutes.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// A state the lab knows, before it is bound to a rate and a binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateKind {
+    /// No shaping.
+    None,
+    /// CAKE, besteffort.
+    Cake,
+    /// HTB + fq_codel.
+    FqCodel,
+    /// This project's `shaper run`.
+    Shaper,
+}
+
+impl StateKind {
+    /// The name used in `--states`, the JSON and the report.
+    pub fn name(self) -> &'static str {
+        match self {
+            StateKind::None => "none",
+            StateKind::Cake => "cake",
+            StateKind::FqCodel => "fq_codel",
+            StateKind::Shaper => "shaper",
+        }
+    }
+
+    const ALL: [StateKind; 4] = [
+        StateKind::None,
+        StateKind::Cake,
+        StateKind::FqCodel,
+        StateKind::Shaper,
+    ];
+}
+
+/// The parsed `--states` list: non-empty, no repeats.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateList(pub Vec<StateKind>);
+
+/// Parses `--states`.
+pub fn parse_states(s: &str) -> Result<StateList, String> {
+    let known = || {
+        StateKind::ALL
+            .iter()
+            .map(|k| k.name())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let mut out = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let Some(kind) = StateKind::ALL.iter().find(|k| k.name() == part) else {
+            return Err(format!(
+                "unknown state '{part}': give a comma-separated list of {}",
+                known()
+            ));
+        };
+        if out.contains(kind) {
+            return Err(format!("state '{part}' is listed twice"));
+        }
+        out.push(*kind);
+    }
+    Ok(StateList(out))
+}
+
+/// Refused requests (exit 2; nothing was created).
+#[derive(Debug, thiserror::Error)]
+pub enum LabUsageError {
+    /// A program the lab runs is not on PATH.
+    #[error(
+        "`{program}` is not installed (not found on PATH): the lab needs it for {why}; install \
+         it (Debian: apt-get install {package})"
+    )]
+    MissingTool {
+        /// The program.
+        program: &'static str,
+        /// What the lab uses it for.
+        why: &'static str,
+        /// The Debian package that provides it.
+        package: &'static str,
+    },
+    /// The kernel cannot create a qdisc a requested state (or --rtt) needs.
+    #[error(
+        "this kernel has no '{kind}' qdisc, which {needed_by} needs: {fix}, or run the lab in \
+         the VM (`cargo xtask lab`)"
+    )]
+    MissingQdisc {
+        /// The qdisc kind.
+        kind: &'static str,
+        /// The state or option that needs it.
+        needed_by: String,
+        /// How to do without it.
+        fix: &'static str,
+    },
+    /// The lab creates namespaces and qdiscs.
+    #[error("the lab needs root (it creates network namespaces): run it with sudo")]
+    NotRoot,
+    /// An option is out of range.
+    #[error("invalid {flag}: {detail}")]
+    Invalid {
+        /// The flag.
+        flag: &'static str,
+        /// What is wrong and how to fix it.
+        detail: String,
+    },
+}
+
+/// Validated settings of one lab run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabConfig {
+    /// The shaping rate.
+    pub rate: Rate,
+    /// Extra RTT of the client's path.
+    pub rtt: Duration,
+    /// Measured load per direction.
+    pub duration: Duration,
+    /// iperf3's omitted warm-up.
+    pub omit: Duration,
+    /// Streams of the load phases.
+    pub streams: u32,
+    /// Steps of the staircase (one stream added per step).
+    pub stair_steps: u32,
+    /// Length of a staircase step.
+    pub stair_step: Duration,
+    /// The states, in order.
+    pub states: Vec<StateKind>,
+    /// JSON output file.
+    pub json: Option<PathBuf>,
+    /// Report directory.
+    pub report: Option<PathBuf>,
+    /// The `shaper` binary the shaper state runs.
+    pub shaper_bin: PathBuf,
+    /// `--quick`.
+    pub quick: bool,
+}
+
+/// The programs the lab runs, with what for and their Debian package.
+const TOOLS: [(&str, &str, &str); 5] = [
+    ("iperf3", "the bulk traffic", "iperf3"),
+    ("ping", "the latency samples", "iputils-ping"),
+    ("ip", "the namespaces", "iproute2"),
+    ("tc", "the qdiscs", "iproute2"),
+    (
+        "nsenter",
+        "running programs in the namespaces",
+        "util-linux",
+    ),
+];
+
+/// True if `program` is an executable file in one of `path`'s directories.
+fn on_path(program: &str, path: &str) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(path).any(|dir| {
+        Path::new(&dir)
+            .join(program)
+            .metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    })
+}
+
+impl LabConfig {
+    /// Validates `args`; `path` is the PATH to search for tools, `root`
+    /// whether the process may create namespaces.
+    pub fn from_args(args: LabArgs, path: &str, root: bool) -> Result<Self, LabUsageError> {
+        for (program, why, package) in TOOLS {
+            if !on_path(program, path) {
+                return Err(LabUsageError::MissingTool {
+                    program,
+                    why,
+                    package,
+                });
+            }
+        }
+        if args.rtt > Duration::from_secs(5) {
+            return Err(LabUsageError::Invalid {
+                flag: "--rtt",
+                detail: format!("{:?} is more than 5 s: give e.g. --rtt 20ms", args.rtt),
+            });
+        }
+        let duration =
+            args.duration
+                .unwrap_or(Duration::from_secs(if args.quick { 6 } else { 30 }));
+        if duration < Duration::from_secs(2) || duration > Duration::from_secs(3600) {
+            return Err(LabUsageError::Invalid {
+                flag: "--duration",
+                detail: format!("{duration:?} is outside 2 s to 1 h: give e.g. --duration 30"),
+            });
+        }
+        if !root {
+            return Err(LabUsageError::NotRoot);
+        }
+        let shaper_bin = std::env::current_exe().map_err(|e| LabUsageError::Invalid {
+            flag: "the shaper binary",
+            detail: format!("cannot find this program's own path: {e}"),
+        })?;
+        Ok(Self {
+            rate: args.rate,
+            rtt: args.rtt,
+            duration,
+            omit: Duration::from_secs(if args.quick { 2 } else { 5 }),
+            streams: 4,
+            stair_steps: if args.quick { 3 } else { 8 },
+            stair_step: Duration::from_secs(5),
+            states: args.states.0,
+            json: args.json,
+            report: args.report,
+            shaper_bin,
+            quick: args.quick,
+        })
+    }
+
+    /// The qdisc kinds this run needs, each with what needs it.
+    pub fn needed_qdiscs(&self) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        if !self.rtt.is_zero() {
+            out.push(("netem", "--rtt".to_owned()));
+        }
+        for k in &self.states {
+            let kinds: &[&'static str] = match k {
+                StateKind::None => &[],
+                StateKind::Cake => &["cake"],
+                StateKind::FqCodel => &["htb", "fq_codel"],
+                StateKind::Shaper => &["fq"],
+            };
+            for kind in kinds {
+                out.push((*kind, format!("state {}", k.name())));
+            }
+        }
+        out
+    }
+
+    /// The lab state for `kind`.
+    pub fn state(&self, kind: StateKind) -> super::State {
+        match kind {
+            StateKind::None => super::State::None,
+            StateKind::Cake => super::State::Cake { rate: self.rate },
+            StateKind::FqCodel => super::State::FqCodel { rate: self.rate },
+            StateKind::Shaper => super::State::Shaper {
+                bin: self.shaper_bin.clone(),
+                rate: self.rate,
+                extra_args: Vec::new(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct T {
+        #[command(flatten)]
+        lab: LabArgs,
+    }
+
+    fn parse(args: &[&str]) -> Result<LabArgs, clap::Error> {
+        T::try_parse_from(std::iter::once("lab").chain(args.iter().copied())).map(|t| t.lab)
+    }
+
+    #[test]
+    fn states_parse_in_order_and_refuse_unknown_or_repeated() {
+        let s = parse_states("shaper, none,cake").expect("valid");
+        assert_eq!(
+            s.0,
+            vec![StateKind::Shaper, StateKind::None, StateKind::Cake]
+        );
+        let e = parse_states("none,cak").expect_err("unknown");
+        assert!(e.contains("'cak'") && e.contains("fq_codel"), "{e}");
+        assert!(parse_states("none,none").is_err());
+        assert!(parse_states("").is_err());
+    }
+
+    #[test]
+    fn bad_input_is_a_usage_error_of_clap() {
+        for bad in [
+            &["--rate", "fast"][..],
+            &["--states", "none,htb"],
+            &["--rtt", "soon"],
+            &["--duration", "0"],
+        ] {
+            let e = parse(bad).expect_err("refused");
+            assert_eq!(e.exit_code(), 2, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn missing_iperf3_is_refused_before_anything() {
+        let dir = std::env::temp_dir().join(format!("shaper-lab-path-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let args = parse(&["--quick"]).expect("valid");
+        let e = LabConfig::from_args(args, &dir.display().to_string(), true).expect_err("no tools");
+        assert!(
+            matches!(
+                e,
+                LabUsageError::MissingTool {
+                    program: "iperf3",
+                    ..
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("apt-get install iperf3"), "{e}");
+        let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
+    fn quick_defaults() {
+        let args = parse(&["--quick", "--states", "none,shaper"]).expect("valid");
+        // Every tool is "found" in a directory of fake executables.
+        let dir = std::env::temp_dir().join(format!("shaper-lab-tools-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        for (p, _, _) in TOOLS {
+            let f = dir.join(p);
+            std::fs::write(&f, "#!/bin/sh\n").expect("write");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        let c = LabConfig::from_args(args, &dir.display().to_string(), true).expect("valid");
+        assert_eq!(c.duration, Duration::from_secs(6));
+        assert_eq!(c.rate.bits_per_s(), 50_000_000);
+        assert_eq!(c.rtt, Duration::from_millis(20));
+        assert_eq!(c.states, vec![StateKind::None, StateKind::Shaper]);
+        let args = parse(&["--quick"]).expect("valid");
+        assert!(matches!(
+            LabConfig::from_args(args, &dir.display().to_string(), false),
+            Err(LabUsageError::NotRoot)
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

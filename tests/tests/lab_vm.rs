@@ -1,0 +1,153 @@
+//! `shaper lab --quick` end to end: none, CAKE and the shaper on the lab's
+//! testbed, then the report, the plots and the JSON are checked (VM: the
+//! host lacks cake, sch_fq and netem; elsewhere this skips with the reason).
+//!
+//! What must hold: the report and the three plots exist; the JSON's
+//! `states` has every requested state with non-zero upload and download
+//! goodput, idle and loaded latency samples, and every raw sample list is
+//! non-empty; the shaped states keep the upload at or below about their
+//! rate (only the upper bound: under emulation even `none` may not exceed
+//! it); no `shl-` namespace is left behind.
+//!
+//! Also: bad input (an unknown state, a bad rate) exits 2 with a message
+//! naming the problem and creates no namespace.
+
+use std::process::Command;
+
+use serde_json::Value;
+use shaper_tests::topo::{is_root, kernel_has_fq, shaper_bin, skip_unless, text};
+
+fn lab_namespaces() -> Vec<String> {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("shl-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn bad_input_exits_2_before_any_namespace() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let before = lab_namespaces();
+    for (args, want) in [
+        (&["--states", "none,cak"][..], "unknown state 'cak'"),
+        (&["--rate", "fast"], "--rate"),
+    ] {
+        let out = Command::new(shaper_bin())
+            .arg("lab")
+            .args(args)
+            .output()
+            .expect("shaper runs");
+        let t = text(&out);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
+        assert!(t.contains(want), "{args:?}: {t}");
+    }
+    assert_eq!(lab_namespaces(), before, "no namespace was created");
+}
+
+#[test]
+fn quick_lab_reports_every_state() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    let has = |kind: &str| shaper::tc::probe_qdisc_kind(kind).unwrap_or(false);
+    if skip_unless(kernel_has_fq(), "sch_fq")
+        || skip_unless(has("cake"), "sch_cake")
+        || skip_unless(has("netem"), "sch_netem")
+        || skip_unless(
+            Command::new("iperf3").arg("--version").output().is_ok(),
+            "iperf3 (a tool, not a kernel feature)",
+        )
+    {
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("shaper-lab-{}", std::process::id()));
+    let json = dir.join("lab.json");
+    let report = dir.join("report");
+    let t = std::time::Instant::now();
+    let out = Command::new(shaper_bin())
+        .args(["lab", "--quick", "--states", "none,cake,shaper", "--report"])
+        .arg(&report)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .expect("shaper lab runs");
+    let elapsed = t.elapsed().as_secs_f64();
+    let t_out = text(&out);
+    eprintln!("{t_out}");
+    eprintln!("shaper lab --quick took {elapsed:.0} s");
+    assert!(out.status.success(), "shaper lab failed: {t_out}");
+    assert!(t_out.contains("lab: [1/3] none"), "progress lines: {t_out}");
+    assert!(lab_namespaces().is_empty(), "{:?}", lab_namespaces());
+
+    let md = std::fs::read_to_string(report.join("report.md")).expect("report.md");
+    for part in [
+        "## Throughput",
+        "## Bufferbloat grade",
+        "## Verdict",
+        "download is not shaped",
+    ] {
+        assert!(md.contains(part), "report lacks {part}: {md}");
+    }
+    for svg in ["throughput.svg", "latency_cdf.svg", "staircase.svg"] {
+        let s = std::fs::read_to_string(report.join(svg)).expect(svg);
+        assert!(s.contains("<svg") && s.contains("polyline"), "{svg}: {s}");
+    }
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid JSON");
+    let rate_mbps = 50.0;
+    for name in ["none", "cake", "shaper"] {
+        let s = &v["states"][name];
+        let num = |k: &str| {
+            s[k].as_f64()
+                .unwrap_or_else(|| panic!("states.{name}.{k} missing: {s}"))
+        };
+        for k in [
+            "up_mbps",
+            "down_mbps",
+            "ping_idle_ms",
+            "ping_loaded_p50_ms",
+            "ping_loaded_p99_ms",
+        ] {
+            assert!(num(k) > 0.0, "states.{name}.{k} = {}", num(k));
+        }
+        for k in ["cpu_busy_max_pct", "zero_idle_samples", "retransmits"] {
+            assert!(num(k) >= 0.0, "states.{name}.{k}");
+        }
+        assert!(num("ping_loaded_p99_ms") >= num("ping_loaded_p50_ms"));
+        // The path has 20 ms of netem delay: every RTT includes it.
+        assert!(
+            num("ping_idle_ms") >= 19.0,
+            "{name}: idle {}",
+            num("ping_idle_ms")
+        );
+        if name != "none" {
+            assert!(
+                num("up_mbps") < rate_mbps * 1.1,
+                "{name} carried {} Mbit/s at a 50 Mbit/s rate",
+                num("up_mbps")
+            );
+        }
+        let raw = &v["raw"][name];
+        for path in [
+            "/ping_idle_before_ms",
+            "/ping_idle_after_ms",
+            "/upload/ping_ms",
+            "/download/ping_ms",
+            "/upload/tcp/intervals",
+            "/staircase",
+            "/cpu",
+        ] {
+            let a = raw.pointer(path).and_then(Value::as_array);
+            assert!(a.is_some_and(|a| !a.is_empty()), "raw.{name}{path} empty");
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
