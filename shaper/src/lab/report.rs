@@ -255,6 +255,15 @@ pub fn verdicts(sums: &[Summary]) -> Vec<String> {
             v.reverse();
         }
         if let [first, second, ..] = v.as_slice() {
+            if key(first) == key(second) {
+                out.push(format!(
+                    "- **{what}:** a tie between {} and {} at {:.1} {unit}.",
+                    first.name,
+                    second.name,
+                    key(first)
+                ));
+                return;
+            }
             out.push(format!(
                 "- **{what}:** {} wins with {:.1} {unit}, {:.1} {unit} {} than {} ({:.1} {unit}).",
                 first.name,
@@ -470,6 +479,8 @@ mod tests {
             "{v:?}"
         );
         assert!(v[3].contains("shaper wins with 40.0 %"), "{v:?}");
+        let tie = verdicts(&[sum("none", 1.0, 1.0, 100.0), sum("cake", 1.0, 1.0, 100.0)]);
+        assert!(tie[3].contains("a tie between"), "{tie:?}");
         assert_eq!(verdicts(&[sum("none", 1.0, 1.0, 1.0)]).len(), 1);
     }
 }
