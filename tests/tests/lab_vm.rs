@@ -7,22 +7,25 @@
 //! goodput, idle and loaded latency samples, and every raw sample list is
 //! non-empty; the shaped states keep the upload at or below about their
 //! rate (only the upper bound: under emulation even `none` may not exceed
-//! it); no `shl-` namespace is left behind.
+//! it); teardown warns about nothing.
 //!
 //! Also: bad input (an unknown state, a bad rate) exits 2 with a message
-//! naming the problem and creates no namespace.
+//! naming the problem before the testbed is built; SIGINT stops a run and
+//! its namespaces are gone when it exits.
 
 use std::process::Command;
 
 use serde_json::Value;
 use shaper_tests::topo::{is_root, kernel_has_fq, shaper_bin, skip_unless, text};
 
-fn lab_namespaces() -> Vec<String> {
+/// The namespaces of the lab process `pid` still present.
+fn lab_namespaces(pid: u32) -> Vec<String> {
+    let prefix = format!("shl-{pid}-");
     std::fs::read_dir("/run/netns")
         .map(|d| {
             d.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with("shl-"))
+                .filter(|n| n.starts_with(&prefix))
                 .collect()
         })
         .unwrap_or_default()
@@ -34,7 +37,6 @@ fn bad_input_exits_2_before_any_namespace() {
         eprintln!("skipped: needs root");
         return;
     }
-    let before = lab_namespaces();
     for (args, want) in [
         (&["--states", "none,cak"][..], "unknown state 'cak'"),
         (&["--rate", "fast"], "--rate"),
@@ -47,8 +49,46 @@ fn bad_input_exits_2_before_any_namespace() {
         let t = text(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
         assert!(t.contains(want), "{args:?}: {t}");
+        assert!(!t.contains("building the testbed"), "{args:?}: {t}");
     }
-    assert_eq!(lab_namespaces(), before, "no namespace was created");
+}
+
+#[test]
+fn sigint_stops_the_lab_and_removes_its_namespaces() {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return;
+    }
+    if skip_unless(
+        Command::new("iperf3").arg("--version").output().is_ok(),
+        "iperf3 (a tool, not a kernel feature)",
+    ) {
+        return;
+    }
+    // State none without netem: nothing the kernel may lack.
+    let child = Command::new(shaper_bin())
+        .args(["lab", "--quick", "--states", "none", "--rtt", "0ms"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("shaper lab starts");
+    let pid = child.id();
+    let t = std::time::Instant::now();
+    while lab_namespaces(pid).is_empty() && t.elapsed().as_secs() < 60 {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(
+        !lab_namespaces(pid).is_empty(),
+        "the lab never built its testbed"
+    );
+    // SAFETY: kill with a valid signal on our own child's pid.
+    let rc = unsafe { libc::kill(i32::try_from(pid).expect("pid fits"), libc::SIGINT) };
+    assert_eq!(rc, 0);
+    let out = child.wait_with_output().expect("shaper lab exits");
+    let t_out = text(&out);
+    assert!(!out.status.success(), "{t_out}");
+    assert!(t_out.contains("interrupted"), "{t_out}");
+    assert!(lab_namespaces(pid).is_empty(), "{:?}", lab_namespaces(pid));
 }
 
 #[test]
@@ -85,7 +125,10 @@ fn quick_lab_reports_every_state() {
     eprintln!("shaper lab --quick took {elapsed:.0} s");
     assert!(out.status.success(), "shaper lab failed: {t_out}");
     assert!(t_out.contains("lab: [1/3] none"), "progress lines: {t_out}");
-    assert!(lab_namespaces().is_empty(), "{:?}", lab_namespaces());
+    assert!(
+        !t_out.contains("WARN"),
+        "teardown warnings (a namespace or state left?): {t_out}"
+    );
 
     let md = std::fs::read_to_string(report.join("report.md")).expect("report.md");
     for part in [
