@@ -125,14 +125,15 @@ fn run(cli: Cli) -> Result<i32> {
                 // No interface: the lab's testbed instead of a real network.
                 eprintln!(
                     "xtask run: no --iface given: running the shaper in the lab's testbed \
-                     (`shaper lab --quick --states none,cake,shaper`) instead"
+                     (`shaper lab --quick --states none,cake,shaper --show-shaper`) instead"
                 );
                 if !is_root() {
                     anyhow::bail!("the lab needs root: run `sudo -E cargo xtask run`");
                 }
-                let mut lab_args: Vec<String> = ["--quick", "--states", "none,cake,shaper"]
-                    .map(String::from)
-                    .into();
+                let mut lab_args: Vec<String> =
+                    ["--quick", "--states", "none,cake,shaper", "--show-shaper"]
+                        .map(String::from)
+                        .into();
                 lab_args.extend(args);
                 return lab::run_built(&root, &bin, false, false, &lab_args);
             }

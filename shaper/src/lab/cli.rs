@@ -29,7 +29,7 @@ pub struct LabArgs {
     /// Extra round-trip delay of the client's path, emulated with netem.
     #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = crate::config::parse_duration)]
     pub rtt: Duration,
-    /// Measured seconds of load per direction (default 30, or 6 with --quick).
+    /// Measured seconds of load per direction (default 30, or 5 with --quick).
     #[arg(long, value_name = "S", value_parser = crate::trace::parse_trace_duration)]
     pub duration: Option<Duration>,
     /// States to compare, in order, comma-separated: none, cake, fq_codel,
@@ -42,9 +42,13 @@ pub struct LabArgs {
     /// Write the Markdown report and the SVG plots into this directory.
     #[arg(long, value_name = "DIR")]
     pub report: Option<PathBuf>,
-    /// Short phases (6 s of load, a 3-step staircase): a few minutes.
+    /// Short phases (5 s of load, a 3-step staircase): a few minutes.
     #[arg(long)]
     pub quick: bool,
+    /// Copy the shaper state's own output (`shaper run`'s per-second view)
+    /// to stderr while it runs.
+    #[arg(long)]
+    pub show_shaper: bool,
 }
 
 /// A state the lab knows, before it is bound to a rate and a binary.
@@ -177,6 +181,8 @@ pub struct LabConfig {
     pub shaper_bin: PathBuf,
     /// `--quick`.
     pub quick: bool,
+    /// `--show-shaper`.
+    pub show_shaper: bool,
 }
 
 /// The programs the lab runs, with what for and their Debian package.
@@ -224,7 +230,7 @@ impl LabConfig {
         }
         let duration =
             args.duration
-                .unwrap_or(Duration::from_secs(if args.quick { 6 } else { 30 }));
+                .unwrap_or(Duration::from_secs(if args.quick { 5 } else { 30 }));
         if duration < Duration::from_secs(2) || duration > Duration::from_secs(3600) {
             return Err(LabUsageError::Invalid {
                 flag: "--duration",
@@ -251,6 +257,7 @@ impl LabConfig {
             report: args.report,
             shaper_bin,
             quick: args.quick,
+            show_shaper: args.show_shaper,
         })
     }
 
@@ -363,7 +370,7 @@ mod tests {
             std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
         }
         let c = LabConfig::from_args(args, &dir.display().to_string(), true).expect("valid");
-        assert_eq!(c.duration, Duration::from_secs(6));
+        assert_eq!(c.duration, Duration::from_secs(5));
         assert_eq!(c.rate.bits_per_s(), 50_000_000);
         assert_eq!(c.rtt, Duration::from_millis(20));
         assert_eq!(c.states, vec![StateKind::None, StateKind::Shaper]);

@@ -131,6 +131,11 @@ impl Daemon {
         &self.command
     }
 
+    /// The file its stdout and stderr go to.
+    pub(crate) fn log_path(&self) -> &std::path::Path {
+        &self.log
+    }
+
     /// Everything the child printed so far.
     pub(crate) fn output(&self) -> String {
         std::fs::read_to_string(&self.log)

@@ -290,6 +290,11 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
     let t0 = Instant::now();
     progress(&format!("{tag}: applying {}", state.name()));
     let applied = state.apply(tb)?;
+    let tail = c
+        .show_shaper
+        .then(|| applied.shaper_log())
+        .flatten()
+        .map(LogTail::start);
     let sampler = CpuSampler::start();
     progress(&format!("{tag}: 15 idle pings"));
     let idle_before_ms = idle_pings(tb)?;
@@ -319,6 +324,9 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
     progress(&format!("{tag}: 15 idle pings"));
     let idle_after_ms = idle_pings(tb)?;
     let cpu = sampler.stop();
+    if let Some(t) = tail {
+        t.stop();
+    }
     applied.stop()?;
     Ok(StateRun {
         name: kind.name(),
@@ -501,6 +509,45 @@ impl CpuSampler {
     fn stop(self) -> Vec<CpuSample> {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap_or_default()
+    }
+}
+
+/// Copies the lines a file gains to stderr, prefixed, every 0.5 s.
+struct LogTail {
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<()>,
+}
+
+impl LogTail {
+    fn start(path: std::path::PathBuf) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
+        let handle = std::thread::spawn(move || {
+            let mut shown = 0;
+            loop {
+                let done = flag.load(Ordering::Relaxed);
+                let text = std::fs::read(&path).unwrap_or_default();
+                // Only whole lines; the rest waits for the next round.
+                if let Some(end) = text.iter().rposition(|&b| b == b'\n')
+                    && end + 1 > shown
+                {
+                    for line in String::from_utf8_lossy(&text[shown..=end]).lines() {
+                        eprintln!("  shaper | {line}");
+                    }
+                    shown = end + 1;
+                }
+                if done {
+                    break;
+                }
+                sleep(Duration::from_millis(500));
+            }
+        });
+        Self { stop, handle }
+    }
+
+    fn stop(self) {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.handle.join();
     }
 }
 

@@ -297,6 +297,11 @@ impl AppliedState<'_> {
         })
     }
 
+    /// The file `shaper run`'s output goes to (shaper state only).
+    pub fn shaper_log(&self) -> Option<PathBuf> {
+        self.shaper.as_ref().map(|d| d.log_path().to_path_buf())
+    }
+
     /// The WAN device's root qdisc statistics.
     pub fn qdisc_stats(&self) -> Result<QdiscStats, LabError> {
         let out = self.tb.ns(Host::Router).tc(&[
