@@ -3,7 +3,7 @@
 //! traffic (iperf3, ping) and the statistics to compare them.
 //!
 //! What it is for: the VM tests that hold the fair pacer against CAKE, the
-//! benchmarks, and later the `shaper lab` command. All of them drive the same
+//! benchmarks, and the `shaper lab` command. All of them drive the same
 //! real tools the way an operator would (`ip`, `tc`, `sysctl`, `iperf3`,
 //! `ping` and the `shaper` binary itself), so what the lab measures is what a
 //! router would do.
