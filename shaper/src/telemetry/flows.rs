@@ -90,6 +90,8 @@ pub struct FlowStats {
     pub ended: bool,
     bytes_at_tick: u64,
     hist: Option<Box<Histogram<u32>>>,
+    /// A delayed sample found the histogram budget spent.
+    hist_denied: bool,
 }
 
 impl FlowStats {
@@ -108,16 +110,19 @@ impl FlowStats {
             ended: false,
             bytes_at_tick: 0,
             hist: None,
+            hist_denied: false,
         }
     }
 
-    /// Delay at quantile `q` (0..=1) in ns: 0 when every sample was 0,
-    /// `None` when the flow had delays but no histogram (memory bound).
+    /// Delay at quantile `q` (0..=1) of the sampled packets, in ns: 0 when
+    /// every sample was 0 (drops and marks, sent unsampled, count only in
+    /// the maximum), `None` when the flow had delayed samples but the
+    /// histogram budget was spent (module header).
     pub fn delay_quantile_ns(&self, q: f64) -> Option<u64> {
         match &self.hist {
             Some(h) => Some(h.value_at_quantile(q).saturating_mul(1000)),
-            None if self.delay_max_ns == 0 => Some(0),
-            None => None,
+            None if self.hist_denied => None,
+            None => Some(0),
         }
     }
 }
@@ -315,6 +320,9 @@ impl FlowTable {
             }
             stats.hist = Some(Box::new(h));
             self.hists_out += 1;
+        }
+        if e.delay_ns > 0 && stats.hist.is_none() {
+            stats.hist_denied = true;
         }
         if let Some(h) = stats.hist.as_mut() {
             h.saturating_record((e.delay_ns / 1000).min(FLOW_HIST_MAX_US));
