@@ -134,7 +134,9 @@ pub const SCRATCH_IPV4: u8 = 2;
 /// tail-calls (one per-CPU entry): the record as far as the classifier
 /// knows it, where the telemetry program finds the addresses and ports,
 /// and the verdict the hook must return. The telemetry program lives apart
-/// so the verifier walks it once, not once per classifier path.
+/// so the verifier walks it once, not once per classifier path; and the
+/// parser's findings are stashed here at once, so they are not carried
+/// (in registers the verifier tracks) through the pacer.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Scratch {
@@ -149,8 +151,10 @@ pub struct Scratch {
     pub action: i32,
     /// `SCRATCH_*` bits.
     pub l3: u8,
+    /// The TCP flags byte; 0 for other packets.
+    pub tcp_flags: u8,
     /// Padding; zero.
-    pub pad: [u8; 3],
+    pub pad: [u8; 2],
 }
 
 const _: () = assert!(core::mem::size_of::<Scratch>() == 88);

@@ -37,7 +37,7 @@ use crate::{
     atomic,
     maps::{AGGREGATE, CONFIG, FAIR, FLOWS, count},
     parse::{Class, Ecn, TRUNCATED, classify},
-    telemetry::{Outcome, report},
+    telemetry::{Outcome, report, stash},
 };
 
 const TC_ACT_UNSPEC: i32 = -1;
@@ -81,6 +81,9 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
             TRUNCATED
         }
     };
+    if config.flags & FLAG_TELEMETRY != 0 {
+        stash(&class);
+    }
     let headers_len = class.headers_len;
     // SAFETY: reading a field of the __sk_buff the kernel passed in.
     let gso_segs = unsafe { (*ctx.skb.skb).gso_segs };
@@ -99,7 +102,14 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     if config.fair() {
         fair(ctx, config, class, now_ns, skb_tstamp_ns, tx_time_ns)
     } else {
-        aggregate(ctx, config, &class, now_ns, skb_tstamp_ns, tx_time_ns)
+        aggregate(
+            ctx,
+            config,
+            class.ecn.capable(),
+            now_ns,
+            skb_tstamp_ns,
+            tx_time_ns,
+        )
     }
 }
 
@@ -230,7 +240,7 @@ fn fair(
             action,
         };
         // Returns only when no record is due (or the tail call failed).
-        report(ctx, config, &class, now_ns, &outcome);
+        report(ctx, config, ecn.capable(), now_ns, &outcome);
     }
     Ok(action)
 }
@@ -336,7 +346,7 @@ fn mark_ce(ctx: &TcContext, e: Ecn) {
 fn aggregate(
     ctx: &TcContext,
     config: &PacerConfig,
-    class: &Class,
+    ect: bool,
     now_ns: u64,
     skb_tstamp_ns: u64,
     tx_time_ns: u64,
@@ -389,7 +399,7 @@ fn aggregate(
             flow_started: false,
             action,
         };
-        report(ctx, config, class, now_ns, &outcome);
+        report(ctx, config, ect, now_ns, &outcome);
     }
     Ok(action)
 }

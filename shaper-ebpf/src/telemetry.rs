@@ -51,34 +51,56 @@ pub struct Outcome {
     pub action: i32,
 }
 
-/// Hands the packet to the telemetry program if a record is due; returns
-/// only when none is due or the tail call failed.
+/// Notes what the parser found for this packet in the per-CPU scratch, so
+/// the values need not stay live through the pacer (each distinct value
+/// the verifier tracks there multiplies the states it walks: carried to the
+/// end, they took loading on 6.1 under emulation past a minute).
 #[inline(always)]
-pub fn report(ctx: &TcContext, config: &PacerConfig, class: &Class, now_ns: u64, o: &Outcome) {
-    // SAFETY: bpf_get_prandom_u32 has no preconditions.
-    let draw = u64::from(unsafe { bpf_get_prandom_u32() });
-    let sampled = draw < config.sample_threshold;
-    // Every mark and drop (VERDICT_CE and above) is sent.
-    let always = o.verdict >= VERDICT_CE;
-    let ended = class.tcp_flags & TCP_FIN_OR_RST != 0;
-    if !(sampled | always | o.flow_started | ended) {
-        return;
-    }
+pub fn stash(class: &Class) {
     let Some(s) = SCRATCH.get_ptr_mut(0) else {
         return;
     };
     // SAFETY: the pointer comes from the map lookup and is valid for this
     // run; per-CPU storage, and a TC program is not preempted on its CPU.
     let s = unsafe { &mut *s };
-    s.event.ts_ns = now_ns;
-    s.event.delay_ns = o.delay_ns;
-    s.event.key = Default::default();
+    s.l3_off = class.ecn.l3_off;
+    s.ports_off = class.ports_off;
+    s.l3 = (class.ecn.present as u8) * SCRATCH_IP | (class.ecn.ipv4 as u8) * SCRATCH_IPV4;
+    s.tcp_flags = class.tcp_flags;
     s.event.key.proto = class.l4_proto;
     s.event.key.ethertype = if class.ecn.present {
         0
     } else {
         class.ethertype
     };
+}
+
+/// Hands the packet to the telemetry program if a record is due; returns
+/// only when none is due or the tail call failed. [`stash`] ran for this
+/// packet before.
+#[inline(always)]
+pub fn report(ctx: &TcContext, config: &PacerConfig, ect: bool, now_ns: u64, o: &Outcome) {
+    let Some(s) = SCRATCH.get_ptr_mut(0) else {
+        return;
+    };
+    // SAFETY: as in `stash`.
+    let s = unsafe { &mut *s };
+    // SAFETY: bpf_get_prandom_u32 has no preconditions.
+    let draw = u64::from(unsafe { bpf_get_prandom_u32() });
+    let sampled = draw < config.sample_threshold;
+    // Every mark and drop (VERDICT_CE and above) is sent.
+    let always = o.verdict >= VERDICT_CE;
+    let ended = s.tcp_flags & TCP_FIN_OR_RST != 0;
+    if !(sampled | always | o.flow_started | ended) {
+        return;
+    }
+    s.event.ts_ns = now_ns;
+    s.event.delay_ns = o.delay_ns;
+    s.event.key.saddr = [0; 16];
+    s.event.key.daddr = [0; 16];
+    s.event.key.sport_be = 0;
+    s.event.key.dport_be = 0;
+    s.event.key.family = 0;
     s.event.len_bytes = ctx.len();
     // SAFETY: reading a field of the __sk_buff the kernel passed in.
     s.event.ifindex = unsafe { (*ctx.skb.skb).ifindex };
@@ -90,13 +112,10 @@ pub fn report(ctx: &TcContext, config: &PacerConfig, class: &Class, now_ns: u64,
         EVENT_PACKET
     };
     s.event.verdict = o.verdict;
-    s.event.flags = (sampled as u8) * EVENT_F_SAMPLED | (class.ecn.capable() as u8) * EVENT_F_ECT;
+    s.event.flags = (sampled as u8) * EVENT_F_SAMPLED | (ect as u8) * EVENT_F_ECT;
     s.event.pad = [0; 5];
-    s.l3_off = class.ecn.l3_off;
-    s.ports_off = class.ports_off;
     s.action = o.action;
-    s.l3 = (class.ecn.present as u8) * SCRATCH_IP | (class.ecn.ipv4 as u8) * SCRATCH_IPV4;
-    s.pad = [0; 3];
+    s.pad = [0; 2];
     // SAFETY: the tail call replaces this program; on success it does not
     // return, on failure (no program in the slot) it returns here.
     let _ = unsafe { JUMP.tail_call(ctx, JUMP_TELEMETRY) };

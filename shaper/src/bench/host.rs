@@ -62,6 +62,9 @@
 //!     set touched W calls earlier (L2-warm, not L1-hot); repetitions after
 //!     the first are L1-hot.
 //!   - `flow_mix_10k_unpaced`: the same tuples at 1 Tbit/s, no priming.
+//!   - `flow_mix_10k_telemetry`: `flow_mix_10k` with telemetry on at the
+//!     default sampling (1 in 64, plus every flow start): the cost of the
+//!     draw, and of the tail-called record writer when one is due.
 //!
 //! Units: nanoseconds per packet (f64), fractions of measured packets
 //! (0..=1), rates in bytes per second, frame lengths in bytes.
@@ -85,7 +88,7 @@ use aya::{
 use serde::Serialize;
 use shaper_common::{
     EGRESS_PROGRAM, PASSTHROUGH_PROGRAM,
-    config::PacerConfig,
+    config::{DEFAULT_SAMPLE_EVERY, FLAG_TELEMETRY, PacerConfig, sample_threshold},
     counters::Counter,
     fair::FairState,
     flow::{FlowSet, WAYS},
@@ -338,6 +341,10 @@ impl Bench {
             })?;
         let egress = load_prog(&mut ebpf, EGRESS_PROGRAM)?;
         let pass = load_prog(&mut ebpf, PASSTHROUGH_PROGRAM)?;
+        crate::attach::load_telemetry(&mut ebpf).map_err(|e| BenchError::Load {
+            what: "the telemetry program".to_owned(),
+            detail: e.to_string(),
+        })?;
         Ok(Self {
             config: take(&mut ebpf, maps::CONFIG)?,
             counters: take(&mut ebpf, maps::COUNTERS)?,
@@ -682,6 +689,15 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     b.prepare(rate, |_| {})?;
     let mix = flow_mix(&b, &frames, opts, rate, Some(tx_ns), mix_pass)?;
     info!(ns = mix.ns_per_packet, "flow mix, paced");
+    // The same with telemetry at its default sampling (`shaper run`'s
+    // default): the records fit the ring, so each costs its full write.
+    b.prepare(rate, |c| {
+        c.flags |= FLAG_TELEMETRY;
+        c.sample_threshold = sample_threshold(DEFAULT_SAMPLE_EVERY);
+    })?;
+    let tel = flow_mix(&b, &frames, opts, rate, Some(tx_ns), mix_pass)?;
+    info!(ns = tel.ns_per_packet, "flow mix, paced, with telemetry");
+    paths.insert("flow_mix_10k_telemetry", tel);
     let report = HostReport {
         kernel_release: checks::kernel_release(),
         cpu_model: cpu_model(),

@@ -90,6 +90,8 @@ pub struct FlowStats {
     pub ended: bool,
     bytes_at_tick: u64,
     hist: Option<Box<Histogram<u32>>>,
+    /// A delayed sample found the histogram budget spent.
+    hist_denied: bool,
 }
 
 impl FlowStats {
@@ -108,16 +110,19 @@ impl FlowStats {
             ended: false,
             bytes_at_tick: 0,
             hist: None,
+            hist_denied: false,
         }
     }
 
-    /// Delay at quantile `q` (0..=1) in ns: 0 when every sample was 0,
-    /// `None` when the flow had delays but no histogram (memory bound).
+    /// Delay at quantile `q` (0..=1) of the sampled packets, in ns: 0 when
+    /// every sample was 0 (drops and marks, sent unsampled, count only in
+    /// the maximum), `None` when the flow had delayed samples but the
+    /// histogram budget was spent (module header).
     pub fn delay_quantile_ns(&self, q: f64) -> Option<u64> {
         match &self.hist {
             Some(h) => Some(h.value_at_quantile(q).saturating_mul(1000)),
-            None if self.delay_max_ns == 0 => Some(0),
-            None => None,
+            None if self.hist_denied => None,
+            None => Some(0),
         }
     }
 }
@@ -149,6 +154,19 @@ pub struct IfaceStats {
     pub delay: Histogram<u64>,
 }
 
+/// Sampled delay over one interval (see [`FlowTable::take_window`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Window {
+    /// Samples in the interval.
+    pub samples: u64,
+    /// Median delay, ns (0 without samples).
+    pub p50_ns: u64,
+    /// 99th percentile, ns.
+    pub p99_ns: u64,
+    /// Largest, ns.
+    pub max_ns: u64,
+}
+
 /// A flow as shown: key and stats.
 #[derive(Debug)]
 pub struct FlowRow<'a> {
@@ -165,6 +183,7 @@ pub struct FlowTable {
     flows: HashMap<FlowKey, FlowStats>,
     hists_out: usize,
     last_tick_ns: Option<u64>,
+    window: Histogram<u64>,
     /// Interface-wide aggregate.
     pub iface: IfaceStats,
 }
@@ -174,7 +193,9 @@ impl FlowTable {
     pub fn new(opts: FlowTableOptions) -> Result<Self, TelemetryError> {
         let delay = Histogram::new_with_bounds(1, IFACE_HIST_MAX_NS, 3)
             .map_err(|e| TelemetryError::Histogram(e.to_string()))?;
+        let window = delay.clone();
         Ok(Self {
+            window,
             opts: FlowTableOptions {
                 sample_every: opts.sample_every.max(1),
                 ..opts
@@ -284,6 +305,7 @@ impl FlowTable {
         self.iface.packets += weight;
         self.iface.bytes += weight * u64::from(e.len_bytes);
         self.iface.delay.saturating_record(e.delay_ns.max(1));
+        self.window.saturating_record(e.delay_ns.max(1));
         if e.delay_ns > 0
             && stats.hist.is_none()
             && self.hists_out < opts.max_histograms
@@ -298,6 +320,9 @@ impl FlowTable {
             }
             stats.hist = Some(Box::new(h));
             self.hists_out += 1;
+        }
+        if e.delay_ns > 0 && stats.hist.is_none() {
+            stats.hist_denied = true;
         }
         if let Some(h) = stats.hist.as_mut() {
             h.saturating_record((e.delay_ns / 1000).min(FLOW_HIST_MAX_US));
@@ -331,6 +356,25 @@ impl FlowTable {
         });
         self.hists_out -= freed;
         before - self.flows.len()
+    }
+
+    /// The sampled delay since the last call, and a fresh window: what the
+    /// live view and the exporters show as "now" (the summary keeps the
+    /// whole run).
+    pub fn take_window(&mut self) -> Window {
+        let h = &self.window;
+        let w = if h.is_empty() {
+            Window::default()
+        } else {
+            Window {
+                samples: h.len(),
+                p50_ns: h.value_at_quantile(0.5),
+                p99_ns: h.value_at_quantile(0.99),
+                max_ns: h.max(),
+            }
+        };
+        self.window.reset();
+        w
     }
 
     /// The `n` flows with the highest rate (then bytes), largest first.
@@ -482,6 +526,23 @@ mod tests {
         assert!(t.is_empty());
         assert_eq!(t.histograms(), 0);
         assert_eq!(t.iface.flow_ends, 1);
+    }
+
+    #[test]
+    fn the_window_holds_one_interval_and_the_summary_all() {
+        let mut t = FlowTable::new(FlowTableOptions::default()).expect("table");
+        for i in 0..10 {
+            t.record(&packet(1, i, 10_000_000, VERDICT_PACED, true));
+        }
+        let w = t.take_window();
+        assert_eq!(w.samples, 10);
+        assert!(w.p99_ns.abs_diff(10_000_000) < 10_000, "{w:?}");
+        t.record(&packet(1, 20, 1_000_000, VERDICT_PACED, true));
+        let w = t.take_window();
+        assert_eq!(w.samples, 1);
+        assert!(w.p99_ns.abs_diff(1_000_000) < 1_000, "{w:?}");
+        assert_eq!(t.take_window(), Window::default());
+        assert_eq!(t.iface.delay.len(), 11);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tokio::{
 };
 use tracing::debug;
 
-use super::{FlowTable, Summary, flow_label};
+use super::{FlowTable, Summary, Window, flow_label};
 
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
@@ -31,7 +31,7 @@ fn escape(v: &str) -> String {
 }
 
 /// The exposition text for one interface.
-pub fn render(iface: &str, t: &FlowTable, s: &Summary, top: usize) -> String {
+pub fn render(iface: &str, t: &FlowTable, s: &Summary, w: &Window, top: usize) -> String {
     let i = escape(iface);
     let mut o = String::new();
     for (name, v) in &s.counters {
@@ -53,11 +53,13 @@ pub fn render(iface: &str, t: &FlowTable, s: &Summary, top: usize) -> String {
     );
     let _ = writeln!(
         o,
-        "# HELP shaper_delay_seconds Queueing delay of sampled packets (scheduled by the pacer, \
-         or measured by the tracer)."
+        "# HELP shaper_delay_seconds Queueing delay of sampled packets over the last interval \
+         (scheduled by the pacer, or measured by the tracer)."
     );
     let _ = writeln!(o, "# TYPE shaper_delay_seconds summary");
-    for (q, v) in [("0.5", s.delay_p50_ns), ("0.99", s.delay_p99_ns)] {
+    // Quantiles over the last interval, as Prometheus client libraries
+    // compute summaries over a sliding window; count and sum are totals.
+    for (q, v) in [("0.5", w.p50_ns), ("0.99", w.p99_ns)] {
         let _ = writeln!(
             o,
             "shaper_delay_seconds{{iface=\"{i}\",quantile=\"{q}\"}} {}",
@@ -193,7 +195,8 @@ mod tests {
         e.key.proto = 6;
         t.record(&e);
         let s = Summary::from_table("wan\"0", &t, 0, vec![("packets", 10), ("events_lost", 0)]);
-        let text = render("wan\"0", &t, &s, 10);
+        let w = t.take_window();
+        let text = render("wan\"0", &t, &s, &w, 10);
         assert!(
             text.contains("shaper_packets_total{iface=\"wan\\\"0\"} 10"),
             "{text}"

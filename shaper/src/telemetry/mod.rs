@@ -21,7 +21,7 @@ pub mod pipeline;
 pub mod source;
 pub mod view;
 
-pub use flows::{FlowRow, FlowStats, FlowTable, FlowTableOptions};
+pub use flows::{FlowRow, FlowStats, FlowTable, FlowTableOptions, Window};
 pub use pipeline::{Output, Pipeline, PipelineOptions, Summary};
 
 /// Errors of the telemetry path.

@@ -345,13 +345,15 @@ async fn aggregate(
             () = shared.wake.notified() => drain_spsc(&mut cons, &mut table),
             _ = tick.tick() => {
                 drain_spsc(&mut cons, &mut table);
+                let window = table.take_window();
                 table.tick(monotonic_ns());
                 let c = counters();
                 let dropped = shared.dropped_user.load(Ordering::Relaxed);
                 let summary = Summary::from_table(&opts.iface, &table, dropped, c);
-                out.interval(started.elapsed(), &table, &summary);
+                out.interval(started.elapsed(), &table, &summary, &window);
                 if opts.metrics.is_some() {
-                    let _ = text_tx.send(metrics::render(&opts.iface, &table, &summary, opts.top));
+                    let text = metrics::render(&opts.iface, &table, &summary, &window, opts.top);
+                    let _ = text_tx.send(text);
                 }
             }
             () = shared.stop_aggregator.notified() => break,

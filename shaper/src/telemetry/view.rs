@@ -3,8 +3,9 @@
 //!
 //! JSON records (one object per line, `kind` first):
 //! - `interval`: `t_s`, `flows`, `packets`, `bytes`, `delay_p50_ns`,
-//!   `delay_p99_ns`, `delay_max_ns`, drops, marks, lost events and the
-//!   kernel's counters;
+//!   `delay_p99_ns`, `delay_max_ns` (since the start), `window_samples`,
+//!   `window_delay_p50_ns`, `window_delay_p99_ns`, `window_delay_max_ns`
+//!   (this interval), drops, marks, lost events and the kernel's counters;
 //! - `flow`: one per top flow per interval: `flow`, `rate_bytes_per_s`,
 //!   `bytes`, `packets`, `delay_p50_ns`, `delay_p99_ns` (null when the
 //!   flow has no histogram), `delay_max_ns`, drops, marks;
@@ -16,7 +17,7 @@ use std::{io::Write, time::Duration};
 
 use serde_json::{Value, json};
 
-use super::{FlowRow, FlowTable, Output, Summary, flow_label};
+use super::{FlowRow, FlowTable, Output, Summary, Window, flow_label};
 
 /// Writes each interval in the chosen form.
 pub struct Emitter {
@@ -141,7 +142,7 @@ impl Emitter {
 
     /// Shows one interval. Write errors (a closed pipe) are ignored: the
     /// shaper keeps shaping when nobody reads.
-    pub fn interval(&mut self, elapsed: Duration, t: &FlowTable, s: &Summary) {
+    pub fn interval(&mut self, elapsed: Duration, t: &FlowTable, s: &Summary, w: &Window) {
         let text = match self.output {
             Output::Quiet => return,
             Output::Json => {
@@ -156,6 +157,10 @@ impl Emitter {
                     "delay_p50_ns": s.delay_p50_ns,
                     "delay_p99_ns": s.delay_p99_ns,
                     "delay_max_ns": s.delay_max_ns,
+                    "window_samples": w.samples,
+                    "window_delay_p50_ns": w.p50_ns,
+                    "window_delay_p99_ns": w.p99_ns,
+                    "window_delay_max_ns": w.max_ns,
                     "aqm_drops": s.aqm_drops,
                     "horizon_drops": s.horizon_drops,
                     "marks": s.marks,
@@ -181,14 +186,15 @@ impl Emitter {
                     )
                 });
                 format!(
-                    "{} {} t={:.0}s flows={} delay p50={:.2}ms p99={:.2}ms drops={} marks={} \
-                     lost={}{}\n",
+                    "{} {} t={:.0}s flows={} delay p50={:.2}ms p99={:.2}ms ({} samples this interval) \
+                     drops={} marks={} lost={}{}\n",
                     self.source,
                     self.iface,
                     elapsed.as_secs_f64(),
                     s.flows,
-                    ms(s.delay_p50_ns),
-                    ms(s.delay_p99_ns),
+                    ms(w.p50_ns),
+                    ms(w.p99_ns),
+                    w.samples,
                     s.aqm_drops + s.horizon_drops,
                     s.marks,
                     s.events_lost().unwrap_or(0) + s.events_dropped_user,
@@ -196,14 +202,14 @@ impl Emitter {
                 )
             }
             Output::Live => format!(
-                "\x1b[H\x1b[2J{} {}: {:.0} s, {} flows, delay p50 {:.2} ms p99 {:.2} ms, \
-                 drops {}, marks {}, lost events {}\n\n{}",
+                "\x1b[H\x1b[2J{} {}: {:.0} s, {} flows, delay over the last second p50 {:.2} \
+                 ms p99 {:.2} ms, drops {}, marks {}, lost events {}\n\n{}",
                 self.source,
                 self.iface,
                 elapsed.as_secs_f64(),
                 s.flows,
-                ms(s.delay_p50_ns),
-                ms(s.delay_p99_ns),
+                ms(w.p50_ns),
+                ms(w.p99_ns),
                 s.aqm_drops + s.horizon_drops,
                 s.marks,
                 s.events_lost().unwrap_or(0) + s.events_dropped_user,

@@ -77,8 +77,10 @@ const TOOL_PACKAGES: &[(&str, &str)] = &[
     ("dpkg", "dpkg"),
 ];
 
-/// Overall limit for one run, overridable with `SHAPER_VM_TIMEOUT_S`.
-const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Overall limit for one run, overridable with `SHAPER_VM_TIMEOUT_S`. The
+/// test stage's run is the longest: about 25 minutes per kernel on a quiet
+/// 2-core machine, 30 and more when the host is busy.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(3000);
 
 /// Boots per run. QEMU 7.2's multi-threaded TCG occasionally crashes a
 /// guest kernel while it patches its own code (seen once in about a hundred
