@@ -26,7 +26,8 @@ pub struct LabArgs {
     /// Shaping rate of every state that shapes (tc syntax, e.g. 50mbit).
     #[arg(long, value_name = "RATE", default_value = "50mbit")]
     pub rate: Rate,
-    /// Extra round-trip delay of the client's path, emulated with netem.
+    /// Extra round-trip delay of the WAN path, emulated with netem on the
+    /// server side of the router.
     #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = crate::config::parse_duration)]
     pub rtt: Duration,
     /// Measured seconds of load per direction (default 30, or 5 with --quick).
@@ -186,8 +187,9 @@ pub struct LabConfig {
 }
 
 /// The programs the lab runs, with what for and their Debian package.
-const TOOLS: [(&str, &str, &str); 5] = [
+const TOOLS: [(&str, &str, &str); 6] = [
     ("iperf3", "the bulk traffic", "iperf3"),
+    ("nft", "the router's NAT", "nftables"),
     ("ping", "the latency samples", "iputils-ping"),
     ("ip", "the namespaces", "iproute2"),
     ("tc", "the qdiscs", "iproute2"),

@@ -231,12 +231,14 @@ pub fn run_lab(config: LabConfig) -> Result<LabRun> {
         .trim()
         .to_owned();
     progress(&format!(
-        "building the testbed (client, router, server; +{} ms RTT)",
+        "building the testbed (client, NAT router, server; +{} ms RTT on the WAN side)",
         config.rtt.as_millis()
     ));
     let tb = Testbed::new(TestbedOptions {
-        client_delay: config.rtt,
-        client2_delay: config.rtt,
+        client_delay: Duration::ZERO,
+        client2_delay: Duration::ZERO,
+        wan_delay: config.rtt,
+        nat: true,
         ..TestbedOptions::default()
     })
     .context("building the lab testbed")?;

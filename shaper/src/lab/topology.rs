@@ -8,10 +8,17 @@
 //! ```
 //!
 //! The state under test sits on the router's `wan0` egress: uploads from the
-//! clients queue there. Each client's extra path delay is a netem qdisc on
-//! the router's LAN-side egress toward it (`lan1`, `lan2`), so it delays the
-//! return path (ACKs, echo replies) and leaves `wan0` free for the state
-//! under test. A delay of `D` adds `D` to the round-trip time.
+//! clients queue there. Path delay comes in two forms, each a netem qdisc
+//! kept off `wan0` so that device stays free for the state under test:
+//! - per client, on the router's LAN-side egress toward it (`lan1`, `lan2`),
+//!   for tests that give the clients different RTTs;
+//! - on the WAN side, on the server's `sv0` egress (`wan_delay`), as the lab
+//!   does: the path beyond the router.
+//!
+//! A delay of `D` adds `D` to the round-trip time. With `nat`, the router
+//! masquerades the LAN behind its `wan0` address (nftables), as a home router
+//! does, so the server sees every flow from 10.71.3.1 and the router tracks
+//! each connection.
 //!
 //! Invariants:
 //! - Namespace names are `shl-<pid>-<n>-<role>`, unique per process and
@@ -27,7 +34,7 @@
 //! `ip -batch` for the namespaces and veths, then one `sysctl` and one `ip
 //! -n NS -batch` per namespace, and one `tc` per delay.
 //!
-//! Non-goals: IPv6, NAT, more hosts, real NICs.
+//! Non-goals: IPv6, more hosts, real NICs.
 
 use std::{
     net::Ipv4Addr,
@@ -191,6 +198,11 @@ pub struct TestbedOptions {
     pub client_delay: Duration,
     /// Extra round-trip delay of client2's path (netem on `lan2`).
     pub client2_delay: Duration,
+    /// Extra round-trip delay of the WAN path, for every client (netem on
+    /// the server's `sv0` egress); zero for none.
+    pub wan_delay: Duration,
+    /// The router masquerades the LAN behind `wan0` (nftables NAT).
+    pub nat: bool,
     /// False turns segmentation offload off on the clients' `cl0`
     /// (`gso_max_segs 1`), so the router sees MTU-sized packets; true leaves
     /// the veth's default (64 KB GSO super-packets).
@@ -201,11 +213,14 @@ pub struct TestbedOptions {
 }
 
 impl Default for TestbedOptions {
-    /// 20 ms extra RTT on both clients, GSO on, ECN at the kernel default.
+    /// 20 ms extra RTT on both clients, none on the WAN side, no NAT, GSO
+    /// on, ECN at the kernel default.
     fn default() -> Self {
         Self {
             client_delay: Duration::from_millis(20),
             client2_delay: Duration::from_millis(20),
+            wan_delay: Duration::ZERO,
+            nat: false,
             gso: true,
             ecn: false,
         }
@@ -305,15 +320,26 @@ impl Testbed {
         let r = self.ns(Host::Router);
         r.sysctls(&router_sysctls)?;
         r.ip_batch(&router)?;
-        for (dev, delay) in [
-            ("lan1", self.options.client_delay),
-            ("lan2", self.options.client2_delay),
+        if self.options.nat {
+            // Masquerade what leaves by wan0; conntrack follows every flow.
+            exec::run_with_input(
+                r.command("nft").args(["-f", "-"]),
+                Some(&format!(
+                    "table ip shaper_lab {{\n chain post {{\n  type nat hook postrouting \
+                     priority srcnat; policy accept;\n  oifname \"{WAN_DEV}\" masquerade\n }}\n}}\n"
+                )),
+            )?;
+        }
+        for (host, dev, delay) in [
+            (Host::Router, "lan1", self.options.client_delay),
+            (Host::Router, "lan2", self.options.client2_delay),
+            (Host::Server, "sv0", self.options.wan_delay),
         ] {
             if !delay.is_zero() {
                 // A big limit: netem's default of 1000 packets would drop
                 // ACKs of a fast flow and become the bottleneck itself.
                 let us = format!("{}us", delay.as_micros());
-                r.tc(&[
+                self.ns(host).tc(&[
                     "qdisc", "replace", "dev", dev, "root", "netem", "delay", &us, "limit",
                     "100000",
                 ])?;
