@@ -30,6 +30,14 @@ pub struct LabArgs {
     /// server side of the router.
     #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = crate::config::parse_duration)]
     pub rtt: Duration,
+    /// The emulated access link's rate beyond the router, both directions
+    /// (default: the shaping rate / 0.9, as sqm-scripts shapes at 85–95%).
+    #[arg(long, value_name = "RATE")]
+    pub link_rate: Option<Rate>,
+    /// The access link's buffer, as drain time at its rate: the bloat the
+    /// states are there to cure. 0ms leaves the path without a bottleneck.
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = crate::config::parse_duration)]
+    pub link_buffer: Duration,
     /// Measured seconds of load per direction (default 30, or 5 with --quick).
     #[arg(long, value_name = "S", value_parser = crate::trace::parse_trace_duration)]
     pub duration: Option<Duration>,
@@ -160,8 +168,10 @@ pub enum LabUsageError {
 pub struct LabConfig {
     /// The shaping rate.
     pub rate: Rate,
-    /// Extra RTT of the client's path.
+    /// Extra RTT of the WAN path.
     pub rtt: Duration,
+    /// The emulated access link, unless `--link-buffer 0ms`.
+    pub link: Option<super::topology::WanLink>,
     /// Measured load per direction.
     pub duration: Duration,
     /// iperf3's omitted warm-up.
@@ -239,6 +249,42 @@ impl LabConfig {
                 detail: format!("{duration:?} is outside 2 s to 1 h: give e.g. --duration 30"),
             });
         }
+        let link_rate = match args.link_rate {
+            Some(r) => r,
+            None => Rate::from_bits_per_s(args.rate.bits_per_s() / 9 * 10).ok_or_else(|| {
+                LabUsageError::Invalid {
+                    flag: "--rate",
+                    detail: format!(
+                        "{} / 0.9 is out of range for the link: give a lower --rate or a --link-rate",
+                        args.rate
+                    ),
+                }
+            })?,
+        };
+        if link_rate.bits_per_s() <= args.rate.bits_per_s() && !args.link_buffer.is_zero() {
+            return Err(LabUsageError::Invalid {
+                flag: "--link-rate",
+                detail: format!(
+                    "the link ({link_rate}) must be faster than the shaping rate ({}), or the \
+                     link's buffer fills before any state can act: give e.g. --link-rate {}",
+                    args.rate,
+                    Rate::from_bits_per_s(args.rate.bits_per_s() / 9 * 10).unwrap_or(args.rate)
+                ),
+            });
+        }
+        if args.link_buffer > Duration::from_secs(10) {
+            return Err(LabUsageError::Invalid {
+                flag: "--link-buffer",
+                detail: format!(
+                    "{:?} is more than 10 s: give e.g. --link-buffer 200ms",
+                    args.link_buffer
+                ),
+            });
+        }
+        let link = (!args.link_buffer.is_zero()).then_some(super::topology::WanLink {
+            rate_bits_per_s: link_rate.bits_per_s(),
+            buffer: args.link_buffer,
+        });
         if !root {
             return Err(LabUsageError::NotRoot);
         }
@@ -249,6 +295,7 @@ impl LabConfig {
         Ok(Self {
             rate: args.rate,
             rtt: args.rtt,
+            link,
             duration,
             omit: Duration::from_secs(if args.quick { 2 } else { 5 }),
             streams: 4,
@@ -268,6 +315,9 @@ impl LabConfig {
         let mut out = Vec::new();
         if !self.rtt.is_zero() {
             out.push(("netem", "--rtt".to_owned()));
+        }
+        if self.link.is_some() {
+            out.push(("tbf", "the access link".to_owned()));
         }
         for k in &self.states {
             let kinds: &[&'static str] = match k {
@@ -357,6 +407,32 @@ mod tests {
         );
         assert!(e.to_string().contains("apt-get install iperf3"), "{e}");
         let _ = std::fs::remove_dir(&dir);
+    }
+
+    #[test]
+    fn the_link_defaults_above_the_rate_and_must_stay_above_it() {
+        let dir = std::env::temp_dir().join(format!("shaper-lab-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        for (p, _, _) in TOOLS {
+            let f = dir.join(p);
+            std::fs::write(&f, "#!/bin/sh\n").expect("write");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        let path = dir.display().to_string();
+        let c = LabConfig::from_args(parse(&["--rate", "45mbit"]).expect("valid"), &path, true)
+            .expect("valid");
+        let link = c.link.expect("a link by default");
+        assert_eq!(link.rate_bits_per_s, 50_000_000);
+        assert_eq!(link.buffer, Duration::from_millis(200));
+        let args = parse(&["--rate", "50mbit", "--link-rate", "50mbit"]).expect("parses");
+        let e = LabConfig::from_args(args, &path, true).expect_err("link not above the rate");
+        assert!(matches!(e, LabUsageError::Invalid { .. }), "{e}");
+        assert!(e.to_string().contains("--link-rate"), "{e}");
+        let args = parse(&["--link-buffer", "0ms"]).expect("parses");
+        let c = LabConfig::from_args(args, &path, true).expect("valid");
+        assert!(c.link.is_none());
+        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

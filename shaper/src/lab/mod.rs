@@ -57,7 +57,7 @@ pub use cpu::{CpuTimes, CpuUsage};
 pub use ping::Ping;
 pub use scenario::{FlowResult, Phases, RateChange, RunResult, Scenario, run_scenario};
 pub use state::{AppliedState, QdiscStats, State};
-pub use topology::{Host, Netns, Testbed, TestbedOptions};
+pub use topology::{Host, Netns, Testbed, TestbedOptions, WanLink};
 pub use traffic::{FlowSpec, Interval, IperfReport, Timing};
 
 /// Why a lab step failed. Each message names the command or file involved.

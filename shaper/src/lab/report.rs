@@ -225,6 +225,8 @@ pub fn to_json(lab: &LabRun) -> Value {
         "config": {
             "rate_bps": c.rate.bits_per_s(),
             "rtt_ms": c.rtt.as_secs_f64() * 1e3,
+            "link_rate_bps": c.link.map(|l| l.rate_bits_per_s),
+            "link_buffer_ms": c.link.map(|l| l.buffer.as_secs_f64() * 1e3),
             "duration_s": c.duration.as_secs_f64(),
             "omit_s": c.omit.as_secs_f64(),
             "streams": c.streams,
@@ -320,14 +322,27 @@ pub fn markdown(lab: &LabRun) -> String {
     let _ = writeln!(
         m,
         "Kernel {}; {} s of load per direction after {} s omitted, {} streams; {:.0} s in all. \
-         The state is on the router's WAN egress only: **download is not shaped** (no \
+         {} The state is on the router's WAN egress only: **download is not shaped** (no \
          ingress shaping yet), so download rows show the unshaped path for every state. \
          CPU is the whole machine's (the namespaces share it, traffic generators included).\n",
         lab.kernel,
         c.duration.as_secs(),
         c.omit.as_secs(),
         c.streams,
-        lab.elapsed_s
+        lab.elapsed_s,
+        match c.link {
+            Some(l) => format!(
+                "Beyond the NAT router, an emulated access link of {} each way with a {} ms \
+                 FIFO (TBF) is the bottleneck the states shape below.",
+                crate::rate::Rate::from_bits_per_s(l.rate_bits_per_s)
+                    .map(|r| r.to_string())
+                    .unwrap_or_else(|| format!("{} bit/s", l.rate_bits_per_s)),
+                l.buffer.as_millis()
+            ),
+            None => "No access link is emulated (--link-buffer 0ms): the path has no \
+                     bottleneck but the states themselves."
+                .to_owned(),
+        }
     );
     m.push_str("## Throughput\n\n| State | Direction | Receiver_Mbps | Sender_Mbps | Retransmits |\n|---|---|---:|---:|---:|\n");
     for s in &sums {

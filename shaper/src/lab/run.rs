@@ -146,6 +146,8 @@ pub fn run(args: LabArgs) -> Result<()> {
         if !crate::tc::probe_qdisc_kind(kind).unwrap_or(true) {
             let fix = if kind == "netem" {
                 "give --rtt 0ms"
+            } else if kind == "tbf" {
+                "give --link-buffer 0ms"
             } else {
                 "leave that state out of --states"
             };
@@ -239,6 +241,7 @@ pub fn run_lab(config: LabConfig) -> Result<LabRun> {
         client2_delay: Duration::ZERO,
         wan_delay: config.rtt,
         nat: true,
+        wan_link: config.link,
         ..TestbedOptions::default()
     })
     .context("building the lab testbed")?;

@@ -15,7 +15,19 @@
 //! - on the WAN side, on the server's `sv0` egress (`wan_delay`), as the lab
 //!   does: the path beyond the router.
 //!
-//! A delay of `D` adds `D` to the round-trip time. With `nat`, the router
+//! A delay of `D` adds `D` to the round-trip time.
+//!
+//! With `wan_link`, the server's side also plays the ISP's access link: a
+//! bottleneck at the link rate with a deep buffer in each direction, the
+//! bufferbloat a shaper on the router exists to cure (the router's states
+//! shape a little below it, as sqm-scripts advises). Download queues in a
+//! TBF on `sv0`'s egress (under the WAN delay's netem); upload is redirected
+//! from `sv0`'s ingress to an IFB (`svifb0`) in the server's namespace and
+//! queues in a TBF there. Both TBFs hold `buffer` worth of bytes at the link
+//! rate, and TBF segments GSO packets bigger than its burst, so the buffer is
+//! the same in time whatever the offloads.
+//!
+//! With `nat`, the router
 //! masquerades the LAN behind its `wan0` address (nftables), as a home router
 //! does, so the server sees every flow from 10.71.3.1 and the router tracks
 //! each connection.
@@ -203,6 +215,8 @@ pub struct TestbedOptions {
     pub wan_delay: Duration,
     /// The router masquerades the LAN behind `wan0` (nftables NAT).
     pub nat: bool,
+    /// The ISP's access link beyond `wan0`, if any.
+    pub wan_link: Option<WanLink>,
     /// False turns segmentation offload off on the clients' `cl0`
     /// (`gso_max_segs 1`), so the router sees MTU-sized packets; true leaves
     /// the veth's default (64 KB GSO super-packets).
@@ -221,11 +235,42 @@ impl Default for TestbedOptions {
             client2_delay: Duration::from_millis(20),
             wan_delay: Duration::ZERO,
             nat: false,
+            wan_link: None,
             gso: true,
             ecn: false,
         }
     }
 }
+
+/// The emulated access link: a bottleneck with a deep FIFO each way.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WanLink {
+    /// The link's rate, both directions.
+    pub rate_bits_per_s: u64,
+    /// How long its full buffer takes to drain at `rate_bits_per_s`.
+    pub buffer: Duration,
+}
+
+impl WanLink {
+    /// `tc` arguments of a TBF for this link: the rate, a burst of 2 ms at
+    /// the rate (at least two frames: the emulated guest's timers are
+    /// coarse) and a byte limit of `buffer` at the rate.
+    fn tbf_args(&self) -> Vec<String> {
+        let burst_bytes = (self.rate_bits_per_s / 8 / 500).max(3028);
+        vec![
+            "tbf".into(),
+            "rate".into(),
+            format!("{}bit", self.rate_bits_per_s),
+            "burst".into(),
+            burst_bytes.to_string(),
+            "latency".into(),
+            format!("{}us", self.buffer.as_micros()),
+        ]
+    }
+}
+
+/// The IFB in the server's namespace that holds the link's upload queue.
+const UPLOAD_IFB: &str = "svifb0";
 
 static TESTBEDS: AtomicU32 = AtomicU32::new(0);
 
@@ -333,7 +378,6 @@ impl Testbed {
         for (host, dev, delay) in [
             (Host::Router, "lan1", self.options.client_delay),
             (Host::Router, "lan2", self.options.client2_delay),
-            (Host::Server, "sv0", self.options.wan_delay),
         ] {
             if !delay.is_zero() {
                 // A big limit: netem's default of 1000 packets would drop
@@ -345,6 +389,56 @@ impl Testbed {
                 ])?;
             }
         }
+        self.wire_wan()
+    }
+
+    /// The WAN side, in the server's namespace: the delay's netem on `sv0`
+    /// and, with `wan_link`, the link's two TBFs and the upload IFB.
+    fn wire_wan(&self) -> Result<(), LabError> {
+        let sv = self.ns(Host::Server);
+        let delay = self.options.wan_delay;
+        let netem_us = format!("{}us", delay.as_micros());
+        // A big limit: netem's default of 1000 packets would drop ACKs of a
+        // fast flow and become the bottleneck itself.
+        let netem = ["netem", "delay", &netem_us, "limit", "100000"];
+        let Some(link) = self.options.wan_link else {
+            if !delay.is_zero() {
+                let mut a = vec!["qdisc", "replace", "dev", "sv0", "root"];
+                a.extend(netem);
+                sv.tc(&a)?;
+            }
+            return Ok(());
+        };
+        let tbf = link.tbf_args();
+        let tbf: Vec<&str> = tbf.iter().map(String::as_str).collect();
+        // Download: the delay first, then the link's queue (netem's child).
+        if delay.is_zero() {
+            let mut a = vec!["qdisc", "replace", "dev", "sv0", "root"];
+            a.extend(&tbf);
+            sv.tc(&a)?;
+        } else {
+            let mut a = vec!["qdisc", "replace", "dev", "sv0", "root", "handle", "1:"];
+            a.extend(netem);
+            sv.tc(&a)?;
+            let mut a = vec!["qdisc", "replace", "dev", "sv0", "parent", "1:1"];
+            a.extend(&tbf);
+            sv.tc(&a)?;
+        }
+        // Upload: everything arriving on sv0 goes through the IFB's queue.
+        sv.ip_batch(&[
+            format!("link add name {UPLOAD_IFB} type ifb"),
+            format!("link set dev {UPLOAD_IFB} up"),
+        ])?;
+        let mut a = vec!["qdisc", "replace", "dev", UPLOAD_IFB, "root"];
+        a.extend(&tbf);
+        sv.tc(&a)?;
+        sv.tc(&[
+            "qdisc", "replace", "dev", "sv0", "handle", "ffff:", "ingress",
+        ])?;
+        sv.tc(&[
+            "filter", "add", "dev", "sv0", "parent", "ffff:", "matchall", "action", "mirred",
+            "egress", "redirect", "dev", UPLOAD_IFB,
+        ])?;
         Ok(())
     }
 
