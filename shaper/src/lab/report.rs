@@ -86,6 +86,11 @@ pub struct Summary {
     pub bloat_ms: f64,
     /// [`grade`] of `bloat_ms`.
     pub grade: &'static str,
+    /// Latency increase under upload load only: what the states on the
+    /// WAN egress act on while download is not shaped.
+    pub upload_bloat_ms: f64,
+    /// [`grade`] of `upload_bloat_ms`.
+    pub upload_grade: &'static str,
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -109,6 +114,7 @@ impl Summary {
         let up_p50 = median(&s.up.ping_ms);
         let down_p50 = median(&s.down.ping_ms);
         let bloat_ms = (up_p50.max(down_p50) - ping_idle_ms).max(0.0);
+        let upload_bloat_ms = (up_p50 - ping_idle_ms).max(0.0);
         let max = |f: fn(&CpuSample) -> f64| s.cpu.iter().map(f).fold(0.0, f64::max);
         let (kernel_delay_ms, kernel_delay_missing) = match &s.up.kernel_delay {
             Ok(d) => (Some((d.p50_ms, d.p99_ms)), None),
@@ -138,6 +144,8 @@ impl Summary {
             kernel_delay_missing,
             bloat_ms,
             grade: grade(bloat_ms),
+            upload_bloat_ms,
+            upload_grade: grade(upload_bloat_ms),
         }
     }
 
@@ -164,6 +172,8 @@ impl Summary {
             "kernel_delay_missing": self.kernel_delay_missing,
             "bloat_ms": self.bloat_ms,
             "grade": self.grade,
+            "upload_bloat_ms": self.upload_bloat_ms,
+            "upload_grade": self.upload_grade,
         })
     }
 }
@@ -332,11 +342,9 @@ pub fn markdown(lab: &LabRun) -> String {
         lab.elapsed_s,
         match c.link {
             Some(l) => format!(
-                "Beyond the NAT router, an emulated access link of {} each way with a {} ms \
-                 FIFO (TBF) is the bottleneck the states shape below.",
-                crate::rate::Rate::from_bits_per_s(l.rate_bits_per_s)
-                    .map(|r| r.to_string())
-                    .unwrap_or_else(|| format!("{} bit/s", l.rate_bits_per_s)),
+                "Beyond the NAT router, an emulated access link of {:.1} Mbit/s each way with \
+                 a {} ms FIFO (TBF) is the bottleneck the states shape below.",
+                l.rate_bits_per_s as f64 / 1e6,
                 l.buffer.as_millis()
             ),
             None => "No access link is emulated (--link-buffer 0ms): the path has no \
@@ -395,15 +403,17 @@ pub fn markdown(lab: &LabRun) -> String {
             s.name, s.cpu_busy_max_pct, s.cpu_softirq_max_pct, s.zero_idle_samples
         );
     }
-    m.push_str("\n## Bufferbloat grade\n\nLatency increase = the worse loaded median minus the idle median; grades on the Waveform test's scale (A+ < 5 ms, A < 30, B < 60, C < 200, D < 400, F).\n\n| State | Idle_median_ms | Upload_loaded_median_ms | Download_loaded_median_ms | Increase_ms | Grade |\n|---|---:|---:|---:|---:|---|\n");
+    m.push_str("\n## Bufferbloat grade\n\nLatency increase = a loaded median minus the idle median; grades on the Waveform test's scale (A+ < 5 ms, A < 30, B < 60, C < 200, D < 400, F). The upload grade is what the state on the WAN egress earns; the overall grade takes the worse direction.\n\n| State | Idle_median_ms | Upload_loaded_median_ms | Download_loaded_median_ms | Upload_increase_ms | Upload_grade | Increase_ms | Grade |\n|---|---:|---:|---:|---:|---|---:|---|\n");
     for s in &sums {
         let _ = writeln!(
             m,
-            "| {} | {} | {} | {} | {} | {} |",
+            "| {} | {} | {} | {} | {} | {} | {} | {} |",
             s.name,
             f1(s.ping_idle_ms),
             f1(s.ping_loaded_p50_ms),
             f1(s.ping_down_p50_ms),
+            f1(s.upload_bloat_ms),
+            s.upload_grade,
             f1(s.bloat_ms),
             s.grade
         );
@@ -475,6 +485,8 @@ mod tests {
             kernel_delay_missing: None,
             bloat_ms: p50 - 20.0,
             grade: grade(p50 - 20.0),
+            upload_bloat_ms: p50 - 20.0,
+            upload_grade: grade(p50 - 20.0),
         }
     }
 
