@@ -7,7 +7,9 @@
 //! goodput, idle and loaded latency samples, and every raw sample list is
 //! non-empty; the shaped states keep the upload at or below about their
 //! rate (only the upper bound: under emulation even `none` may not exceed
-//! it); teardown warns about nothing.
+//! it); under `none` the access link's buffer shows as at least 50 ms more
+//! upload latency, and CAKE and the shaper cut that to a quarter or less;
+//! teardown warns about nothing.
 //!
 //! Also: bad input (an unknown state, a bad rate) exits 2 with a message
 //! naming the problem before the testbed is built; SIGINT stops a run and
@@ -191,6 +193,26 @@ fn quick_lab_reports_every_state() {
             let a = raw.pointer(path).and_then(Value::as_array);
             assert!(a.is_some_and(|a| !a.is_empty()), "raw.{name}{path} empty");
         }
+    }
+    // The access link's 200 ms buffer fills under none; a shaper below the
+    // link's rate keeps it empty. Upload only: download is not shaped.
+    let up_bloat = |name: &str| {
+        v["states"][name]["upload_bloat_ms"]
+            .as_f64()
+            .unwrap_or_else(|| panic!("states.{name}.upload_bloat_ms missing"))
+    };
+    assert!(
+        up_bloat("none") >= 50.0,
+        "the link's buffer did not show under none: +{} ms",
+        up_bloat("none")
+    );
+    for name in ["cake", "shaper"] {
+        assert!(
+            up_bloat(name) <= up_bloat("none") / 4.0,
+            "{name}: upload latency +{} ms vs none's +{} ms",
+            up_bloat(name),
+            up_bloat("none")
+        );
     }
     let _ = std::fs::remove_dir_all(&dir);
 }

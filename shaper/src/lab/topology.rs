@@ -436,8 +436,10 @@ impl Testbed {
             "qdisc", "replace", "dev", "sv0", "handle", "ffff:", "ingress",
         ])?;
         sv.tc(&[
-            "filter", "add", "dev", "sv0", "parent", "ffff:", "matchall", "action", "mirred",
-            "egress", "redirect", "dev", UPLOAD_IFB,
+            // u32 matching every packet: cls_matchall is not in every
+            // kernel (this project's 6.18 host has u32 and bpf only).
+            "filter", "add", "dev", "sv0", "parent", "ffff:", "protocol", "all", "u32", "match",
+            "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", UPLOAD_IFB,
         ])?;
         Ok(())
     }
