@@ -108,7 +108,18 @@ pub fn run_built(
         );
         let mut cmd = vec![bin.display().to_string(), "lab".to_owned()];
         cmd.extend(args);
-        return vm::run(root, vm::Kernel::V6_12, &cmd);
+        // The lab changes nothing outside the disposable guest, so a guest
+        // that crashed under emulation (multi-threaded TCG occasionally
+        // oopses in code the kernel is patching) is booted once more.
+        return match vm::run(root, vm::Kernel::V6_12, &cmd) {
+            Err(e) if e.downcast_ref::<vm::GuestCrash>().is_some() => {
+                eprintln!(
+                    "xtask lab: warning: {e:#}\nxtask lab: running the lab again in a new guest"
+                );
+                vm::run(root, vm::Kernel::V6_12, &cmd)
+            }
+            other => other,
+        };
     }
     let status = Command::new(bin)
         .arg("lab")

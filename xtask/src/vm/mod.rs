@@ -36,6 +36,7 @@ mod initramfs;
 mod job;
 mod kernel;
 mod qemu;
+pub use qemu::GuestCrash;
 
 use std::ffi::OsStr;
 use std::io::IsTerminal;

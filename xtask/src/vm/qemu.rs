@@ -242,6 +242,32 @@ pub(crate) fn crash_summary(console_log: &Path) -> Option<String> {
 
 /// The job's exit code from `exit_file`, or an error explaining why there is
 /// none, with the end of the console log.
+/// The guest stopped after the job started without reporting its exit code:
+/// a kernel panic or a broken init. Callers whose job has no effect outside
+/// the disposable guest may run it again.
+#[derive(Debug)]
+pub struct GuestCrash {
+    how: String,
+    first_crash_line: Option<String>,
+    tail: String,
+}
+
+impl std::fmt::Display for GuestCrash {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} without reporting the job's exit code (kernel panic or failed guest init?)",
+            self.how
+        )?;
+        if let Some(line) = &self.first_crash_line {
+            write!(f, "\nfirst crash line on the console: {line}")?;
+        }
+        write!(f, "\n{}", self.tail)
+    }
+}
+
+impl std::error::Error for GuestCrash {}
+
 pub(crate) fn job_exit_code(
     outcome: &Outcome,
     exit_file: &Path,
@@ -277,10 +303,12 @@ pub(crate) fn job_exit_code(
                 }
                 Outcome::TimedOut | Outcome::BootTimedOut => "the VM timed out".to_owned(),
             };
-            bail!(
-                "{how} without reporting the job's exit code (kernel panic or failed guest init?)\n{}",
-                console_tail(console_log)
-            )
+            Err(GuestCrash {
+                how,
+                first_crash_line: crash_summary(console_log),
+                tail: console_tail(console_log),
+            }
+            .into())
         }
         Err(e) => Err(e).with_context(|| {
             format!(
