@@ -100,7 +100,8 @@ cat_err=$!
 # load). A ping to loopback keeps netstamp_needed_key on (iputils ping asks
 # for SO_TIMESTAMP); a clsact qdisc on a spare veth keeps the TC
 # ingress/egress keys on. Best effort: a failure only loses the guard.
-chroot "$r" ping -q -i 60 127.0.0.1 >/dev/null 2>&1 &
+# The ping is started by the job script (see job.rs): started here, its
+# socket became fd 0 and it did not hold the key.
 if chroot "$r" ip link add vmkeys0 type veth peer name vmkeys1 2>/dev/null; then
     chroot "$r" tc qdisc add dev vmkeys0 clsact 2>/dev/null || echo "vm-init: no clsact guard"
 else

@@ -139,6 +139,12 @@ pub(crate) fn job_script(env: &[(String, String)], cwd: &Path, cmd: &[String]) -
         script.push_str(&format!("export {name}={}\n", shell_quote(value)));
     }
     script.push_str(&format!("cd {} || exit 126\n", shell_quote(cwd)));
+    // Holds netstamp_needed_key on for the whole run, so pings the job
+    // starts and stops never flip it by text_poke while traffic flows (under
+    // multi-threaded TCG that oopsed in __netif_receive_skb_core). Started
+    // from init instead, the same ping did not hold it: a kprobe on
+    // netstamp_clear counted two flips per later ping either way.
+    script.push_str("ping -q -i 60 127.0.0.1 </dev/null >/dev/null 2>&1 &\n");
     let words: Vec<String> = cmd.iter().map(|arg| shell_quote(arg)).collect();
     script.push_str(&format!("exec {}\n", words.join(" ")));
     Ok(script)
