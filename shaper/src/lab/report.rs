@@ -260,23 +260,30 @@ pub fn verdicts(sums: &[Summary]) -> Vec<String> {
         return vec!["Only one state: nothing to compare.".to_owned()];
     }
     let mut out = Vec::new();
-    let mut best = |what: &str, key: fn(&Summary) -> f64, higher: bool, unit: &str| {
-        let mut v: Vec<&Summary> = sums.iter().filter(|s| key(s).is_finite()).collect();
-        v.sort_by(|a, b| key(a).total_cmp(&key(b)));
-        if higher {
-            v.reverse();
-        }
-        if let [first, second, ..] = v.as_slice() {
-            if key(first) == key(second) {
-                out.push(format!(
-                    "- **{what}:** a tie between {} and {} at {:.1} {unit}.",
-                    first.name,
-                    second.name,
-                    key(first)
-                ));
-                return;
+    let shaping: Vec<&Summary> = sums.iter().filter(|s| s.name != "none").collect();
+    let all: Vec<&Summary> = sums.iter().collect();
+    let mut best =
+        |what: &str, among: &[&Summary], key: fn(&Summary) -> f64, higher: bool, unit: &str| {
+            let mut v: Vec<&Summary> = among
+                .iter()
+                .copied()
+                .filter(|s| key(s).is_finite())
+                .collect();
+            v.sort_by(|a, b| key(a).total_cmp(&key(b)));
+            if higher {
+                v.reverse();
             }
-            out.push(format!(
+            if let [first, second, ..] = v.as_slice() {
+                if key(first) == key(second) {
+                    out.push(format!(
+                        "- **{what}:** a tie between {} and {} at {:.1} {unit}.",
+                        first.name,
+                        second.name,
+                        key(first)
+                    ));
+                    return;
+                }
+                out.push(format!(
                 "- **{what}:** {} wins with {:.1} {unit}, {:.1} {unit} {} than {} ({:.1} {unit}).",
                 first.name,
                 key(first),
@@ -285,22 +292,41 @@ pub fn verdicts(sums: &[Summary]) -> Vec<String> {
                 second.name,
                 key(second),
             ));
-        }
-    };
-    best("Upload throughput", |s| s.up_mbps, true, "Mbit/s");
+            }
+        };
+    best("Upload throughput", &all, |s| s.up_mbps, true, "Mbit/s");
+    // Unshaped always carries the most; what an operator picks between is
+    // the states that shape.
+    if shaping.len() >= 2 && shaping.len() < sums.len() {
+        best(
+            "Upload throughput among the shaping states",
+            &shaping,
+            |s| s.up_mbps,
+            true,
+            "Mbit/s",
+        );
+    }
     best(
         "Loaded latency (ping p50 during upload)",
+        &all,
         |s| s.ping_loaded_p50_ms,
         false,
         "ms",
     );
     best(
         "Loaded latency (ping p99 during upload)",
+        &all,
         |s| s.ping_loaded_p99_ms,
         false,
         "ms",
     );
-    best("CPU (busy high water)", |s| s.cpu_busy_max_pct, false, "%");
+    best(
+        "CPU (busy high water)",
+        &all,
+        |s| s.cpu_busy_max_pct,
+        false,
+        "%",
+    );
     out
 }
 
@@ -502,10 +528,14 @@ mod tests {
             "{v:?}"
         );
         assert!(
-            v[1].contains("shaper wins with 21.0 ms, 1.0 ms less than cake"),
+            v[1].contains("among the shaping states:** shaper wins with 48.0 Mbit/s, 1.0 Mbit/s more than cake"),
             "{v:?}"
         );
-        assert!(v[3].contains("shaper wins with 40.0 %"), "{v:?}");
+        assert!(
+            v[2].contains("shaper wins with 21.0 ms, 1.0 ms less than cake"),
+            "{v:?}"
+        );
+        assert!(v[4].contains("shaper wins with 40.0 %"), "{v:?}");
         let tie = verdicts(&[sum("none", 1.0, 1.0, 100.0), sum("cake", 1.0, 1.0, 100.0)]);
         assert!(tie[3].contains("a tie between"), "{tie:?}");
         assert_eq!(verdicts(&[sum("none", 1.0, 1.0, 1.0)]).len(), 1);
