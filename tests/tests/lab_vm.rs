@@ -136,6 +136,7 @@ fn quick_lab_reports_every_state() {
     for part in [
         "## Throughput",
         "## Bufferbloat grade",
+        "## UDP probe during upload",
         "## Verdict",
         "download is not shaped",
     ] {

@@ -407,6 +407,13 @@ pub fn markdown(lab: &LabRun) -> String {
         m.push_str(&row("download loaded", &r.down.ping_ms));
         m.push_str(&row("idle after", &r.idle_after_ms));
     }
+    m.push_str("\n## UDP probe during upload\n\nA 1 Mbit/s iperf3 UDP flow from the second client beside the bulk upload: what a call or a game would lose.\n\n| State | Loss_percent |\n|---|---:|\n");
+    for s in &sums {
+        let loss = s
+            .udp_up_loss_pct
+            .map_or_else(|| "–".to_owned(), |l| format!("{l:.2}"));
+        let _ = writeln!(m, "| {} | {loss} |", s.name);
+    }
     m.push_str("\n## Kernel queueing delay on the WAN egress (upload, `shaper trace`)\n\n| State | Sojourn_p50_ms | Sojourn_p99_ms | Ping_loaded_p50_ms |\n|---|---:|---:|---:|\n");
     for s in &sums {
         let (a, b) = match (s.kernel_delay_ms, &s.kernel_delay_missing) {
