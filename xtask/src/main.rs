@@ -61,6 +61,10 @@ enum Task {
         #[arg(last = true, required = true)]
         cmd: Vec<String>,
     },
+    /// Inside the VM only: holds the TCX static key on (run by the job
+    /// script; see xtask/src/vm/guard.rs).
+    #[command(hide = true)]
+    VmGuestGuard,
 }
 
 fn workspace_root() -> Result<PathBuf> {
@@ -155,5 +159,11 @@ fn run(cli: Cli) -> Result<i32> {
         Task::Bench(args) => bench::run(&root, &args),
         Task::Lab(args) => lab::run(&root, &args),
         Task::Vm { kernel, cmd } => vm::run(&root, kernel, &cmd),
+        Task::VmGuestGuard => {
+            if !vm::hold_tcx_key()? {
+                eprintln!("xtask vm-guest-guard: this kernel has no TCX; nothing to hold");
+            }
+            Ok(0)
+        }
     }
 }

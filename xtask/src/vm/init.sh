@@ -102,24 +102,38 @@ cat_err=$!
 # ingress/egress keys on. Best effort: a failure only loses the guard.
 # The ping is started by the job script (see job.rs): started here, its
 # socket became fd 0 and it did not hold the key.
-if chroot "$r" ip link add vmkeys0 type veth peer name vmkeys1 2>/dev/null; then
-    chroot "$r" tc qdisc add dev vmkeys0 clsact 2>/dev/null || echo "vm-init: no clsact guard"
+# The host's ip and tc by absolute path: busybox prefers its own applets
+# for bare names, and its ip and tc know neither `peer name` nor clsact (the
+# guard was silently missing: the peer came up as veth0, and tc said
+# "invalid argument 'clsact'").
+if chroot "$r" /sbin/ip link add vmkeys0 type veth peer name vmkeys1; then
+    chroot "$r" /sbin/tc qdisc add dev vmkeys0 clsact || echo "vm-init: no clsact guard"
 else
     echo "vm-init: no veth for the clsact guard"
 fi
-# The same for the tracepoints `shaper trace` attaches to: a raw tracepoint
-# attach flips the tracepoint's static key (tracepoint_probe_register on the
-# first probe), by text_poke like the keys above. Enabling the trace events
-# registers a probe of their own for the whole run, so the key is already on
-# when a tracer attaches and stays on when it detaches. Recording is off and
-# the buffer tiny, so nothing is kept.
+# The same for the tracepoints `shaper trace` attaches to. A tracepoint's
+# call site is a static call: it points straight at the probe while there is
+# one, and at the iterator from two on, so attaching a probe rewrites it by
+# text_poke_bp on 0->1 and 1->2, and detaching on 2->1 (kernel/tracepoint.c,
+# tracepoint_add_func and tracepoint_remove_func). One held probe was not
+# enough: a guest oopsed on the int3 at dev_hard_start_xmit's
+# net_dev_start_xmit call while the lab's tracer attached under load, and a
+# kprobe on arch_static_call_transform counted 8 rewrites per `shaper trace`
+# run with one held probe and 0 with two. Each tracefs instance registers
+# its own probe (its trace_event_file is the probe's data), so the events
+# are enabled in the top instance and in one more. Recording is off and the
+# buffers tiny, so nothing is kept.
 t="$r/sys/kernel/tracing"
-if echo 0 >"$t/tracing_on" && echo 4 >"$t/buffer_size_kb"; then
+guard_events() {
+    echo 0 >"$1/tracing_on" && echo 4 >"$1/buffer_size_kb" || return 1
     for ev in qdisc/qdisc_enqueue net/net_dev_start_xmit; do
-        echo 1 >"$t/events/$ev/enable" 2>/dev/null || echo "vm-init: no $ev key guard"
+        echo 1 >"$1/events/$ev/enable" 2>/dev/null || echo "vm-init: no $ev key guard in $1"
     done
+}
+if guard_events "$t" && mkdir "$t/instances/vmkeys" && guard_events "$t/instances/vmkeys"; then
+    :
 else
-    echo "vm-init: no tracefs control for the tracepoint key guard"
+    echo "vm-init: no tracefs control for the tracepoint call guard"
 fi
 
 : >"$r$RUN_DIR/started" || die "cannot write to the run directory $RUN_DIR"

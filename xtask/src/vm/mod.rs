@@ -32,10 +32,12 @@
 //! amd64 flavour.
 
 mod elf;
+mod guard;
 mod initramfs;
 mod job;
 mod kernel;
 mod qemu;
+pub(crate) use guard::hold_tcx_key;
 pub use qemu::GuestCrash;
 
 use std::ffi::OsStr;
@@ -143,7 +145,8 @@ pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
         );
     }
     let env = job::passthrough_env(std::env::vars_os(), std::io::stdout().is_terminal());
-    let script = job::job_script(&env, &cwd, cmd)?;
+    let guard_exe = std::env::current_exe().context("cannot find xtask's own executable")?;
+    let script = job::job_script(&env, &cwd, &guard_exe, cmd)?;
     let job_path = run_dir.path.join("job.sh");
     std::fs::write(&job_path, script)
         .with_context(|| format!("cannot write the job script {}", job_path.display()))?;
