@@ -180,7 +180,12 @@ mod tests {
         let mut f = FlowEntry::default();
         for i in 0..1000 {
             // One packet every 10 ms, each 1 ms at its share.
-            let r = police(&mut f, &pkt(1_000 * MS + i * 10 * MS, MS, false), MULT_ONE, &p);
+            let r = police(
+                &mut f,
+                &pkt(1_000 * MS + i * 10 * MS, MS, false),
+                MULT_ONE,
+                &p,
+            );
             assert_eq!(r.action, Action::Pass);
             assert_eq!(r.virtual_delay_ns, 0);
             assert!(!r.withheld && !r.clamped);
@@ -216,7 +221,11 @@ mod tests {
         assert!(out.iter().any(|r| r.clamped));
         let last_now = 1_000 * MS + (2 * 1000 * 4 - 1) * (MS / 4);
         // Never further ahead than the horizon plus one packet's share.
-        assert!(f.t_next_ns <= last_now + p.horizon_ns + MS, "{}", f.t_next_ns);
+        assert!(
+            f.t_next_ns <= last_now + p.horizon_ns + MS,
+            "{}",
+            f.t_next_ns
+        );
         assert!(out.iter().all(|r| r.virtual_delay_ns <= p.horizon_ns));
     }
 
