@@ -18,6 +18,7 @@ pub mod event;
 pub mod fair;
 pub mod flow;
 pub mod observe;
+pub mod police;
 pub mod rate;
 pub mod trace;
 

@@ -19,7 +19,9 @@ use shaper_common::rate::ScaledRate;
 
 use super::report::{Departure, FlowReport, SimReport, VerdictCounts};
 use super::rng::SplitMix64;
-use super::{Accounting, BULK_PACKET_BYTES, Scenario, SimError, Source};
+use super::{Accounting, BULK_PACKET_BYTES, Mode, Scenario, SimError, Source};
+
+mod police;
 
 /// Initial window of an AIMD sender, packets (RFC 6928).
 const INITIAL_WINDOW: f64 = 10.0;
@@ -42,6 +44,15 @@ enum Kind {
     /// The sender notices that packet `seq` was lost.
     Loss {
         seq: u64,
+    },
+    /// Police mode: packet `seq` leaves the upstream FIFO and reaches the
+    /// policer.
+    Arrive {
+        seq: u64,
+        len: u32,
+        ect: bool,
+        /// When it entered the FIFO.
+        sent_ns: u64,
     },
 }
 
@@ -113,6 +124,8 @@ struct Sim<'a> {
     rng: SplitMix64,
     link: Vec<Departure>,
     mult_trace: Vec<(u64, u64)>,
+    /// Police mode: when the upstream FIFO is next free, ns.
+    upstream_free_ns: u64,
 }
 
 /// Runs `sc` to its end and returns what happened. Deterministic: the same
@@ -134,6 +147,7 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
         rng: SplitMix64::new(sc.seed),
         link: Vec::new(),
         mult_trace: Vec::new(),
+        upstream_free_ns: 0,
     };
     for (i, f) in sc.flows.iter().enumerate() {
         sim.flows.push(FlowRt {
@@ -157,6 +171,8 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
                 delays: Vec::new(),
                 reordered: 0,
                 reductions: 0,
+                upstream_delays: Vec::new(),
+                upstream_drops: 0,
             },
         });
         let jitter = sim.rng.below(START_JITTER_NS);
@@ -221,6 +237,12 @@ impl Sim<'_> {
             Kind::Emit => self.emit(i, now),
             Kind::Ack { ce, seq } => self.on_ack(i, now, ce, seq),
             Kind::Loss { seq } => self.on_loss(i, now, seq),
+            Kind::Arrive {
+                seq,
+                len,
+                ect,
+                sent_ns,
+            } => self.police_arrive(i, now, seq, len, ect, sent_ns),
         }
     }
 
@@ -306,6 +328,9 @@ impl Sim<'_> {
     /// One packet of flow `i` reaches the pacer at `now`: the classifier's
     /// steps, then sch_fq and the path.
     fn send(&mut self, i: usize, now: u64, len: u32, ect: bool) {
+        if let Mode::Police { .. } = self.sc.mode {
+            return self.police_send(i, now, len, ect);
+        }
         let epoch = now >> EPOCH_SHIFT;
         if epoch > self.fair.epoch {
             roll_epoch(&mut self.fair, epoch);

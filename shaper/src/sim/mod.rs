@@ -159,6 +159,28 @@ pub struct Scenario {
     pub flows: Vec<FlowSpec>,
     /// Which epoch a kept packet's transmission time counts in.
     pub accounting: Accounting,
+    /// Pacing (egress with sch_fq, the default) or policing at ingress.
+    pub mode: Mode,
+}
+
+/// Where the pacer's decision acts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Mode {
+    /// The egress pacer: kept packets wait in sch_fq until their stamp.
+    #[default]
+    Pace,
+    /// The AQM policer at the receiving router's ingress
+    /// ([`shaper_common::police`]): every packet first crosses an upstream
+    /// FIFO (the ISP's access link, faster than the policed rate and with a
+    /// deep buffer), then the policer passes, marks or drops it at once.
+    /// A packet finding the FIFO's delay above `link_buffer_ns` is lost
+    /// there (tail drop), as in a bloated modem.
+    Police {
+        /// The upstream link's rate, bytes per second.
+        link_rate_bytes_per_s: u64,
+        /// The upstream FIFO's capacity, as drain time at that rate, ns.
+        link_buffer_ns: u64,
+    },
 }
 
 /// Which epoch's measurement a kept packet counts in.
@@ -198,6 +220,7 @@ impl Scenario {
             seed: 1,
             flows: Vec::new(),
             accounting: Accounting::Decision,
+            mode: Mode::Pace,
         }
     }
 

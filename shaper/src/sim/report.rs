@@ -71,6 +71,11 @@ pub struct FlowReport {
     pub reordered: u64,
     /// Window reductions of an AIMD sender.
     pub reductions: u64,
+    /// Police mode: (arrival at the upstream FIFO, its queueing delay) of
+    /// each packet that got through it, ns. Empty when pacing.
+    pub upstream_delays: Vec<(u64, u64)>,
+    /// Police mode: packets lost to the upstream FIFO's tail drop.
+    pub upstream_drops: u64,
 }
 
 impl FlowReport {

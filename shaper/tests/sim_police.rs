@@ -1,0 +1,109 @@
+//! The AQM policer (`shaper_common::police`) in the simulator's police
+//! mode: Reno-like senders behind an upstream FIFO (an access link 11% faster
+//! than the policed rate with a 200 ms buffer), policed at 50 Mbit/s. This is
+//! issue 6's RTT-robustness question asked of the algorithm before any
+//! kernel: at 20 and 80 ms, does goodput stay at 85% of the rate or more
+//! while the upstream buffer stays nearly empty for a ping?
+//!
+//! Run: `cargo test -p shaper --test sim_police --release -- --nocapture`.
+
+use shaper::sim::{FlowSpec, MS, Mode, SEC, Scenario, SimReport, Source, percentile, run};
+
+const RATE_BIT_PER_S: u64 = 50_000_000;
+const LINK_BIT_PER_S: u64 = 55_555_555;
+const SECS: u64 = 20;
+const WARM_NS: u64 = 5 * SEC;
+
+fn scenario(rtt_ms: u64, ecn: bool, police: bool) -> Scenario {
+    let mut sc = Scenario::new(RATE_BIT_PER_S, SECS * SEC);
+    sc.mode = Mode::Police {
+        link_rate_bytes_per_s: LINK_BIT_PER_S / 8,
+        link_buffer_ns: 200 * MS,
+    };
+    if !police {
+        // No policer to speak of: a rate far above the link's.
+        sc.rate_bytes_per_s = 10 * LINK_BIT_PER_S / 8;
+    }
+    for _ in 0..4 {
+        sc = sc.with(FlowSpec::always(Source::Aimd {
+            rtt_ns: rtt_ms * MS,
+            ecn,
+        }));
+    }
+    sc.with(FlowSpec::always(Source::Sparse {
+        interval_ns: 50 * MS,
+        len: 100,
+        rtt_ns: rtt_ms * MS,
+    }))
+}
+
+/// Goodput of the bulk flows after warm-up, as a fraction of the policed
+/// rate; the ping's upstream queueing delay p50 and p99, ms.
+fn measure(r: &SimReport) -> (f64, f64, f64) {
+    let bytes: u64 = (0..4)
+        .map(|i| r.flows[i].delivered_by(SECS * SEC) - r.flows[i].delivered_by(WARM_NS))
+        .sum();
+    let secs = (SECS * SEC - WARM_NS) as f64 / 1e9;
+    let goodput = bytes as f64 * 8.0 / secs / RATE_BIT_PER_S as f64;
+    let mut ping: Vec<u64> = r.flows[4]
+        .upstream_delays
+        .iter()
+        .filter(|&&(t, _)| t >= WARM_NS)
+        .map(|&(_, d)| d)
+        .collect();
+    assert!(
+        ping.len() > 100,
+        "the ping got {} packets through",
+        ping.len()
+    );
+    let p50 = percentile(&mut ping, 50.0) as f64 / 1e6;
+    let p99 = percentile(&mut ping, 99.0) as f64 / 1e6;
+    (goodput, p50, p99)
+}
+
+fn check(rtt_ms: u64, ecn: bool) {
+    let bare = run(&scenario(rtt_ms, ecn, false)).expect("valid");
+    let pol = run(&scenario(rtt_ms, ecn, true)).expect("valid");
+    let (g0, p50_0, p99_0) = measure(&bare);
+    let (g, p50, p99) = measure(&pol);
+    let t = pol.totals;
+    let upstream_drops: u64 = pol.flows.iter().map(|f| f.upstream_drops).sum();
+    eprintln!(
+        "{rtt_ms} ms, ECN {ecn}: no policer: goodput {g0:.3} of 50 Mbit/s, ping upstream \
+         p50/p99 {p50_0:.1}/{p99_0:.1} ms; policer: goodput {g:.3}, ping p50/p99 \
+         {p50:.1}/{p99:.1} ms, drops {} marks {} upstream drops {upstream_drops}",
+        t.aqm_drop, t.mark
+    );
+    // Without the policer the FIFO fills: the bloat the policer must cure.
+    assert!(p50_0 > 50.0, "the upstream FIFO never filled: {p50_0} ms");
+    assert!(
+        g >= 0.85,
+        "{rtt_ms} ms: policed goodput {g:.3} < 0.85 of the rate"
+    );
+    assert!(
+        g <= 1.0 + 0.02,
+        "{rtt_ms} ms: goodput {g:.3} above the rate"
+    );
+    assert!(
+        p99 <= 20.0,
+        "{rtt_ms} ms: ping waits {p99:.1} ms upstream (p99)"
+    );
+}
+
+#[test]
+#[ignore = "the policer does not reach 85% of the rate yet (0.80 at 20 ms, 0.71 at 80 ms): see docs/ingress.md"]
+fn policer_at_20ms_keeps_85_percent_and_an_empty_upstream() {
+    check(20, false);
+}
+
+#[test]
+#[ignore = "the policer does not reach 85% of the rate yet (0.80 at 20 ms, 0.71 at 80 ms): see docs/ingress.md"]
+fn policer_at_80ms_keeps_85_percent_and_an_empty_upstream() {
+    check(80, false);
+}
+
+#[test]
+#[ignore = "the policer does not reach 85% of the rate yet (0.80 at 20 ms, 0.71 at 80 ms): see docs/ingress.md"]
+fn policer_with_ecn_at_80ms() {
+    check(80, true);
+}
