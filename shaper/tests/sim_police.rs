@@ -1,5 +1,5 @@
-//! The AQM policer (`shaper_common::police`) in the simulator's police
-//! mode: Reno-like senders behind an upstream FIFO (an access link 11% faster
+//! The AQM policer (`shaper_common::police::police_link`, the link's CoDel
+//! rule) in the simulator's police mode: Reno-like senders behind an upstream FIFO (an access link 11% faster
 //! than the policed rate with a 200 ms buffer), policed at 50 Mbit/s. This is
 //! issue 6's RTT-robustness question asked of the algorithm before any
 //! kernel: at 20 and 80 ms, does goodput stay at 85% of the rate or more
@@ -7,7 +7,9 @@
 //!
 //! Run: `cargo test -p shaper --test sim_police --release -- --nocapture`.
 
-use shaper::sim::{FlowSpec, MS, Mode, SEC, Scenario, SimReport, Source, percentile, run};
+use shaper::sim::{
+    FlowSpec, MS, Mode, PoliceRule, SEC, Scenario, SimReport, Source, percentile, run,
+};
 
 const RATE_BIT_PER_S: u64 = 50_000_000;
 const LINK_BIT_PER_S: u64 = 55_555_555;
@@ -19,6 +21,7 @@ fn scenario(rtt_ms: u64, ecn: bool, police: bool) -> Scenario {
     sc.mode = Mode::Police {
         link_rate_bytes_per_s: LINK_BIT_PER_S / 8,
         link_buffer_ns: 200 * MS,
+        rule: PoliceRule::Link,
     };
     if !police {
         // No policer to speak of: a rate far above the link's.
@@ -91,19 +94,16 @@ fn check(rtt_ms: u64, ecn: bool) {
 }
 
 #[test]
-#[ignore = "the policer does not reach 85% of the rate yet (0.80 at 20 ms, 0.71 at 80 ms): see docs/ingress.md"]
 fn policer_at_20ms_keeps_85_percent_and_an_empty_upstream() {
     check(20, false);
 }
 
 #[test]
-#[ignore = "the policer does not reach 85% of the rate yet (0.80 at 20 ms, 0.71 at 80 ms): see docs/ingress.md"]
 fn policer_at_80ms_keeps_85_percent_and_an_empty_upstream() {
     check(80, false);
 }
 
 #[test]
-#[ignore = "the policer does not reach 85% of the rate yet (0.80 at 20 ms, 0.71 at 80 ms): see docs/ingress.md"]
 fn policer_with_ecn_at_80ms() {
     check(80, true);
 }

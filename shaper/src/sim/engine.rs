@@ -126,6 +126,8 @@ struct Sim<'a> {
     mult_trace: Vec<(u64, u64)>,
     /// Police mode: when the upstream FIFO is next free, ns.
     upstream_free_ns: u64,
+    /// Police mode: the policer's link state.
+    police_link: shaper_common::police::LinkState,
 }
 
 /// Runs `sc` to its end and returns what happened. Deterministic: the same
@@ -148,6 +150,7 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
         link: Vec::new(),
         mult_trace: Vec::new(),
         upstream_free_ns: 0,
+        police_link: Default::default(),
     };
     for (i, f) in sc.flows.iter().enumerate() {
         sim.flows.push(FlowRt {

@@ -180,7 +180,21 @@ pub enum Mode {
         link_rate_bytes_per_s: u64,
         /// The upstream FIFO's capacity, as drain time at that rate, ns.
         link_buffer_ns: u64,
+        /// Which policing rule runs.
+        rule: PoliceRule,
     },
+}
+
+/// The policer's rule in [`Mode::Police`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PoliceRule {
+    /// Each flow's own CoDel on its virtual delay
+    /// ([`shaper_common::police::police`]), the first design.
+    PerFlow,
+    /// CoDel on the link's virtual FIFO, its signals going to flows above
+    /// their share ([`shaper_common::police::police_link`]).
+    #[default]
+    Link,
 }
 
 /// Which epoch's measurement a kept packet counts in.

@@ -16,8 +16,9 @@ use shaper_common::fair::{
     EPOCH_SHIFT, Packet, count_active, count_backlogged, departure_slot, join_mult, mult_cap,
     roll_epoch,
 };
-use shaper_common::police::{Action, police};
+use shaper_common::police::{Action, police, police_link};
 
+use super::super::PoliceRule;
 use super::super::report::Departure;
 use super::{Kind, Mode, Sim, Source};
 
@@ -27,6 +28,7 @@ impl Sim<'_> {
         let Mode::Police {
             link_rate_bytes_per_s,
             link_buffer_ns,
+            ..
         } = self.sc.mode
         else {
             return;
@@ -91,7 +93,23 @@ impl Sim<'_> {
         if count_active(&mut f.entry, self.fair.epoch) {
             self.fair.active_now += 1;
         }
-        let r = police(&mut f.entry, &pkt, mult, &params);
+        let r = match self.sc.mode {
+            Mode::Police {
+                rule: PoliceRule::Link,
+                ..
+            } => {
+                let n_active = (mult_cap(self.fair.active_last, self.fair.active_now) >> 16) - 1;
+                police_link(
+                    &mut f.entry,
+                    &mut self.police_link,
+                    &pkt,
+                    mult,
+                    n_active,
+                    &params,
+                )
+            }
+            _ => police(&mut f.entry, &pkt, mult, &params),
+        };
         let v = &mut f.report.verdicts;
         match r.action {
             Action::Pass if r.virtual_delay_ns == 0 => v.pass += 1,
