@@ -170,4 +170,6 @@ mod pod {
     unsafe impl aya::Pod for crate::event::Event {}
     // SAFETY: as above.
     unsafe impl aya::Pod for crate::event::Scratch {}
+    // SAFETY: as above (size asserted in `crate::police`).
+    unsafe impl aya::Pod for crate::police::LinkState {}
 }

@@ -52,11 +52,20 @@ pub enum Counter {
     /// Telemetry records lost: the ring buffer was full (the controller
     /// fell behind); the packet itself was unaffected.
     EventsLost,
+    /// Dropped by the ingress policer (a congestion signal to a flow that
+    /// is not ECN-capable; see `police`).
+    PoliceDrop,
+    /// A flow's or the link's virtual clock at ingress had run past the
+    /// horizon and was pulled back (an unresponsive sender).
+    PoliceClamped,
+    /// The policer owed a flow a signal but the one-in-four cap held it
+    /// back; the packet passed.
+    PoliceWithheld,
 }
 
 impl Counter {
     /// Number of counters; the array's size.
-    pub const COUNT: u32 = Counter::EventsLost as u32 + 1;
+    pub const COUNT: u32 = Counter::PoliceWithheld as u32 + 1;
 
     /// All counters in index order.
     pub const ALL: [Counter; Counter::COUNT as usize] = [
@@ -81,6 +90,9 @@ impl Counter {
         Counter::FlowNew,
         Counter::EventsSent,
         Counter::EventsLost,
+        Counter::PoliceDrop,
+        Counter::PoliceClamped,
+        Counter::PoliceWithheld,
     ];
 
     /// Stable snake_case name, used by `shaper status` and exporters.
@@ -107,6 +119,9 @@ impl Counter {
             Counter::FlowNew => "flow_new",
             Counter::EventsSent => "events_sent",
             Counter::EventsLost => "events_lost",
+            Counter::PoliceDrop => "police_drop",
+            Counter::PoliceClamped => "police_clamped",
+            Counter::PoliceWithheld => "police_withheld",
         }
     }
 }

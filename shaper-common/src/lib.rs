@@ -43,6 +43,9 @@ pub mod maps {
     pub const SCRATCH: &str = "SHAPER_SCRATCH";
     /// `ProgramArray` with one slot, [`crate::JUMP_TELEMETRY`].
     pub const JUMP: &str = "SHAPER_JUMP";
+    /// `Array<LinkState>` with one entry: the ingress policer's virtual
+    /// link ([`crate::police::LinkState`]).
+    pub const POLICE_LINK: &str = "SHAPER_POLICE_LINK";
 }
 
 /// Name of the telemetry program the classifier tail-calls.
@@ -53,6 +56,9 @@ pub const JUMP_TELEMETRY: u32 = 0;
 
 /// Name of the egress classifier program in the object file.
 pub const EGRESS_PROGRAM: &str = "shaper_egress";
+
+/// Name of the ingress policer program (`police` mode) in the object file.
+pub const POLICE_PROGRAM: &str = "shaper_police";
 
 /// Name of a classifier that only passes packets, the benchmark's baseline.
 pub const PASSTHROUGH_PROGRAM: &str = "shaper_passthrough";

@@ -280,6 +280,15 @@ pub fn police_link(
     }
 }
 
+/// The active flow count [`police_link`] divides the link by: the larger of
+/// the last and the current activity window's counts (as
+/// [`crate::fair::mult_cap`] takes them), at least 1.
+#[inline(always)]
+pub fn n_active(active_last: u64, active_now: u64) -> u64 {
+    let n = (crate::fair::mult_cap(active_last, active_now) >> 16).saturating_sub(1);
+    if n == 0 { 1 } else { n }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;

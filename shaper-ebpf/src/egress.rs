@@ -20,7 +20,7 @@
 
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext};
 use shaper_common::{
-    config::{FLAG_NO_L2, FLAG_TELEMETRY, PacerConfig},
+    config::{FLAG_TELEMETRY, PacerConfig},
     counters::Counter,
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
@@ -29,19 +29,19 @@ use shaper_common::{
         backlogged_reference, count_active, count_backlogged, decide, join_mult, mult_cap,
         roll_active, slots_to_clear, update_mult,
     },
-    flow::{FlowEntry, WAYS, Way, choose_way, set_and_tag},
     rate::wire_len_bytes,
 };
 
 use crate::{
     atomic,
-    maps::{AGGREGATE, CONFIG, FAIR, FLOWS, count},
-    parse::{Class, Ecn, TRUNCATED, classify},
+    hook::{count_and_classify, flow_entry},
+    maps::{AGGREGATE, CONFIG, FAIR, count},
+    parse::{Class, Ecn},
     telemetry::{Outcome, report, stash},
 };
 
-const TC_ACT_UNSPEC: i32 = -1;
-const TC_ACT_SHOT: i32 = 2;
+pub(crate) const TC_ACT_UNSPEC: i32 = -1;
+pub(crate) const TC_ACT_SHOT: i32 = 2;
 
 #[classifier]
 pub fn shaper_egress(ctx: TcContext) -> i32 {
@@ -65,22 +65,7 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     let Some(config) = CONFIG.get(0) else {
         return Ok(TC_ACT_UNSPEC);
     };
-    let class = match classify(ctx, config.flags & FLAG_NO_L2 == 0, config.hash_seed) {
-        Ok(class) => {
-            count(class.l3, 1);
-            if let Some(l4) = class.l4 {
-                count(l4, 1);
-            }
-            if class.vlan {
-                count(Counter::Vlan, 1);
-            }
-            class
-        }
-        Err(_) => {
-            count(Counter::Truncated, 1);
-            TRUNCATED
-        }
-    };
+    let class = count_and_classify(ctx, config);
     if config.flags & FLAG_TELEMETRY != 0 {
         stash(&class);
     }
@@ -132,29 +117,10 @@ fn fair(
     // run; the fields are only accessed atomically or as plain aligned u64s.
     let mult_q16 = unsafe { roll_epoch(state, epoch) };
 
-    let (set_idx, tag) = set_and_tag(class.flow_hash, config.flow_sets_mask);
-    let Some(set) = FLOWS.get_ptr_mut(set_idx) else {
+    let Some((flow, flow_started)) = flow_entry(config, class.flow_hash, now_ns) else {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
     };
-    // SAFETY: the pointer comes from the map lookup and stays valid for this
-    // run; concurrent writers to one flow are tolerated (module header).
-    let set = unsafe { &mut *set };
-    let mut flow_started = false;
-    let way = match choose_way(set, tag, now_ns, config.flow_idle_ns) {
-        Way::Hit(i) => i,
-        Way::Claim(i) => {
-            set.ways[i % WAYS] = FlowEntry::fresh(tag, now_ns);
-            count(Counter::FlowNew, 1);
-            flow_started = true;
-            i
-        }
-        Way::Shared(i) => {
-            count(Counter::FlowTableFull, 1);
-            i
-        }
-    };
-    let flow = &mut set.ways[way % WAYS];
     let ecn = class.ecn;
     let pkt = Packet {
         now_ns,
@@ -253,7 +219,7 @@ fn fair(
 /// # Safety
 /// `state` must come from the map lookup of this program run.
 #[inline(always)]
-unsafe fn roll_epoch(state: *mut shaper_common::fair::FairState, epoch: u64) -> u64 {
+pub(crate) unsafe fn roll_epoch(state: *mut shaper_common::fair::FairState, epoch: u64) -> u64 {
     // SAFETY (all blocks below): the caller's contract; every shared field
     // is accessed atomically.
     let (ep, mult) = unsafe { (&raw mut (*state).epoch, &raw mut (*state).mult_q16) };
@@ -316,7 +282,7 @@ fn set_tstamp(ctx: &TcContext, tstamp_ns: u64) {
 /// Sets the ECN field to CE (RFC 3168), fixing the IPv4 header checksum.
 /// Best effort: a failed write leaves the packet as it was.
 #[inline(always)]
-fn mark_ce(ctx: &TcContext, e: Ecn) {
+pub(crate) fn mark_ce(ctx: &TcContext, e: Ecn) {
     if e.bits == 3 {
         return;
     }

@@ -14,11 +14,15 @@ mod atomic;
 #[cfg(target_arch = "bpf")]
 mod egress;
 #[cfg(target_arch = "bpf")]
+mod hook;
+#[cfg(target_arch = "bpf")]
 mod maps;
 #[cfg(target_arch = "bpf")]
 mod observe;
 #[cfg(target_arch = "bpf")]
 mod parse;
+#[cfg(target_arch = "bpf")]
+mod police;
 #[cfg(target_arch = "bpf")]
 mod telemetry;
 #[cfg(target_arch = "bpf")]

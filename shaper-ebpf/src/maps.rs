@@ -15,6 +15,7 @@ use shaper_common::{
     event::Scratch,
     fair::FairState,
     flow::{DEFAULT_FLOWS, FlowSet, WAYS},
+    police::LinkState,
 };
 
 /// Pacer configuration, written by the controller. One entry.
@@ -53,6 +54,10 @@ pub static SCRATCH: PerCpuArray<Scratch> = PerCpuArray::with_max_entries(1, 0);
 /// fills the slot after loading.
 #[map(name = "SHAPER_JUMP")]
 pub static JUMP: ProgramArray = ProgramArray::with_max_entries(1, 0);
+
+/// The ingress policer's virtual link. One entry.
+#[map(name = "SHAPER_POLICE_LINK")]
+pub static POLICE_LINK: Array<LinkState> = Array::with_max_entries(1, 0);
 
 /// Adds `n` to counter `c` on this CPU.
 #[inline(always)]

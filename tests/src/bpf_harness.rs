@@ -25,6 +25,7 @@ use shaper_common::{
     fair::FairState,
     flow::FlowSet,
     maps,
+    police::LinkState,
     rate::ScaledRate,
 };
 
@@ -69,15 +70,23 @@ pub struct Harness {
     pub agg: Array<MapData, AggregateState>,
     pub fair: Array<MapData, FairState>,
     pub flows: Array<MapData, FlowSet>,
+    /// The ingress policer's virtual link (`SHAPER_POLICE_LINK`).
+    pub police_link: Array<MapData, LinkState>,
 }
 
 /// Counter values summed over CPUs, indexed by `Counter`.
 pub type Counts = [u64; Counter::COUNT as usize];
 
 impl Harness {
-    /// Loads the classifier, or returns None after printing why the machine
-    /// cannot run it. The config starts disabled (all zero).
+    /// Loads the egress classifier, or returns None after printing why the
+    /// machine cannot run it. The config starts disabled (all zero).
     pub fn load() -> Option<Self> {
+        Self::load_program(EGRESS_PROGRAM)
+    }
+
+    /// As [`Harness::load`], for the object's program `name` (the egress
+    /// classifier or the ingress policer: they share the maps).
+    pub fn load_program(name: &str) -> Option<Self> {
         if let Some(reason) = skip_reason() {
             eprintln!("skipped: {reason}");
             return None;
@@ -91,12 +100,12 @@ impl Harness {
         });
         let mut ebpf = EbpfLoader::new().load(object).expect("load the BPF object");
         let prog: &mut SchedClassifier = ebpf
-            .program_mut(EGRESS_PROGRAM)
-            .unwrap_or_else(|| panic!("no program {EGRESS_PROGRAM} in the object"))
+            .program_mut(name)
+            .unwrap_or_else(|| panic!("no program {name} in the object"))
             .try_into()
-            .expect("shaper_egress is a classifier");
+            .unwrap_or_else(|e| panic!("{name} is not a classifier: {e}"));
         prog.load()
-            .unwrap_or_else(|e| panic!("loading {EGRESS_PROGRAM} (verifier log inside): {e:#?}"));
+            .unwrap_or_else(|e| panic!("loading {name} (verifier log inside): {e:#?}"));
         let prog = prog
             .fd()
             .expect("loaded")
@@ -116,6 +125,8 @@ impl Harness {
         fair.set(0, FairState::default(), 0)
             .expect("write SHAPER_FAIR");
         let flows = Array::try_from(take(&mut ebpf, maps::FLOWS)).expect("flows map type");
+        let police_link =
+            Array::try_from(take(&mut ebpf, maps::POLICE_LINK)).expect("police link map type");
         Some(Self {
             ebpf,
             prog,
@@ -124,6 +135,7 @@ impl Harness {
             agg,
             fair,
             flows,
+            police_link,
         })
     }
 

@@ -589,6 +589,22 @@ fn encode_ipv6(ip: &Ipv6, out: &mut Vec<u8>, layout: &mut Layout) {
     out[start + 4..start + 6].copy_from_slice(&payload.to_be_bytes());
 }
 
+/// An IPv4/UDP frame with a 200-byte payload, source port `sport` and ECN
+/// bits `ecn`, its header checksum fixed.
+pub fn udp4_ecn(sport: u16, ecn: u8) -> Packet {
+    let mut p = Frame::ipv4(Ipv4::new(Transport::Udp { payload_len: 200 })).build();
+    let l3 = p.layout.l3.start;
+    p.bytes[l3 + 1] = (p.bytes[l3 + 1] & !3) | ecn;
+    p.bytes[l3 + 10] = 0;
+    p.bytes[l3 + 11] = 0;
+    let ihl = usize::from(p.bytes[l3] & 0x0f) * 4;
+    let sum = internet_checksum(&p.bytes[l3..l3 + ihl]);
+    p.bytes[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
+    let l4 = p.layout.l4.clone().expect("udp header").start;
+    p.bytes[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
+    p
+}
+
 /// The RFC 1071 one's-complement checksum of `bytes`.
 pub fn internet_checksum(bytes: &[u8]) -> u16 {
     let mut sum: u32 = 0;

@@ -17,26 +17,10 @@ use shaper_common::{
 };
 use shaper_tests::{
     bpf_harness::*,
-    packets::{Frame, Ipv4, Ipv6, Packet, Tpid, Transport, internet_checksum},
+    packets::{Frame, Ipv4, Ipv6, Packet, Tpid, Transport, internet_checksum, udp4_ecn},
 };
 
 const SHOT: i32 = 2;
-
-/// An IPv4/UDP packet with source port `sport` and ECN bits `ecn`, the
-/// header checksum fixed.
-fn udp4(sport: u16, ecn: u8) -> Packet {
-    let mut p = Frame::ipv4(Ipv4::new(Transport::Udp { payload_len: 200 })).build();
-    let l3 = p.layout.l3.start;
-    p.bytes[l3 + 1] = (p.bytes[l3 + 1] & !3) | ecn;
-    p.bytes[l3 + 10] = 0;
-    p.bytes[l3 + 11] = 0;
-    let ihl = usize::from(p.bytes[l3] & 0x0f) * 4;
-    let sum = internet_checksum(&p.bytes[l3..l3 + ihl]);
-    p.bytes[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
-    let l4 = p.layout.l4.clone().expect("udp header").start;
-    p.bytes[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
-    p
-}
 
 /// The fair pacer at 10 kB/s (100 us per byte) with one flow-table set, so
 /// every flow lands in set 0 and the test can see it.
@@ -58,7 +42,7 @@ fn counted(before: &Counts, after: &Counts, c: Counter) -> u64 {
 fn new_flow_passes_then_its_own_clock_paces_it_and_other_flows_pass() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
-    let a = udp4(1000, 0);
+    let a = udp4_ecn(1000, 0);
     let before = h.counts();
     let t0 = monotonic_ns();
     let out = h.run(&a.bytes, None);
@@ -80,7 +64,7 @@ fn new_flow_passes_then_its_own_clock_paces_it_and_other_flows_pass() {
     assert_eq!(out.ctx.tstamp, flow.t_next_ns);
     assert_eq!(set0(&h).ways[0].t_next_ns, flow.t_next_ns + tx);
     // Another flow is not queued behind it.
-    let b = udp4(2000, 0);
+    let b = udp4_ecn(2000, 0);
     let out = h.run(&b.bytes, None);
     assert_eq!(
         out.ctx.tstamp, 0,
@@ -98,8 +82,8 @@ fn the_aggregate_pacer_would_queue_the_second_flow() {
     let Some(mut h) = Harness::load() else { return };
     let (config, _) = pacing_at(10_000);
     h.set_config(config);
-    h.run(&udp4(1000, 0).bytes, None);
-    let out = h.run(&udp4(2000, 0).bytes, None);
+    h.run(&udp4_ecn(1000, 0).bytes, None);
+    let out = h.run(&udp4_ecn(2000, 0).bytes, None);
     assert_ne!(out.ctx.tstamp, 0, "the aggregate clock paces every flow");
 }
 
@@ -117,7 +101,7 @@ fn standing_queue(h: &mut Harness, p: &Packet, ahead_ns: u64) {
 fn ect_packet_in_a_standing_queue_is_ce_marked_with_a_valid_checksum() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
-    let p = udp4(1000, 0b10); // ECT(0)
+    let p = udp4_ecn(1000, 0b10); // ECT(0)
     standing_queue(&mut h, &p, 60_000_000);
     let before = h.counts();
     let out = h.run(&p.bytes, None);
@@ -158,7 +142,7 @@ fn ipv6_ect_packet_is_ce_marked_in_the_traffic_class() {
 fn non_ect_packet_in_a_standing_queue_is_dropped_without_using_a_slot() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
-    let p = udp4(1000, 0);
+    let p = udp4_ecn(1000, 0);
     standing_queue(&mut h, &p, 60_000_000);
     let clock = set0(&h).ways[0].t_next_ns;
     let before = h.counts();
@@ -176,7 +160,7 @@ fn non_ect_packet_in_a_standing_queue_is_dropped_without_using_a_slot() {
 fn beyond_the_horizon_is_a_horizon_drop() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
-    let p = udp4(1000, 0b10);
+    let p = udp4_ecn(1000, 0b10);
     standing_queue(&mut h, &p, 2_000_000_000);
     let before = h.counts();
     let out = h.run(&p.bytes, None);
@@ -192,7 +176,7 @@ fn a_full_set_of_backlogged_flows_makes_the_next_flow_share() {
     one_set(&mut h);
     // Eight flows, each made backlogged far ahead.
     for port in 0..WAYS as u16 {
-        h.run(&udp4(3000 + port, 0).bytes, None);
+        h.run(&udp4_ecn(3000 + port, 0).bytes, None);
     }
     let mut set = set0(&h);
     let ahead = monotonic_ns() + 100_000_000;
@@ -202,7 +186,7 @@ fn a_full_set_of_backlogged_flows_makes_the_next_flow_share() {
     }
     h.flows.set(0, set, 0).expect("write");
     let before = h.counts();
-    h.run(&udp4(4000, 0).bytes, None);
+    h.run(&udp4_ecn(4000, 0).bytes, None);
     let after = h.counts();
     assert_eq!(counted(&before, &after, Counter::FlowTableFull), 1);
     assert_eq!(counted(&before, &after, Counter::FlowNew), 0);
@@ -211,7 +195,7 @@ fn a_full_set_of_backlogged_flows_makes_the_next_flow_share() {
     set.ways[3].t_next_ns = 0;
     h.flows.set(0, set, 0).expect("write");
     let before = h.counts();
-    h.run(&udp4(4001, 0).bytes, None);
+    h.run(&udp4_ecn(4001, 0).bytes, None);
     assert_eq!(counted(&before, &h.counts(), Counter::FlowNew), 1);
 }
 
@@ -246,7 +230,7 @@ fn roll_with_one_packet(
     };
     state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = scheduled_ns;
     h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
-    h.run(&udp4(1000, 0).bytes, None);
+    h.run(&udp4_ecn(1000, 0).bytes, None);
     let after = h.fair.get(&0, 0).expect("read");
     if after.epoch != now_epoch {
         eprintln!("skipped: crossed an epoch boundary during the test");
@@ -315,7 +299,7 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
         tstamp: monotonic_ns() + 3 * EPOCH_NS,
         ..SkBuff::default()
     };
-    let out = h.run(&udp4(1001, 0).bytes, Some(&ctx));
+    let out = h.run(&udp4_ecn(1001, 0).bytes, Some(&ctx));
     assert_eq!(out.ctx.tstamp, ctx.tstamp);
 }
 
@@ -333,7 +317,7 @@ fn a_flow_becoming_backlogged_beyond_the_recent_count_shrinks_the_share() {
         ..FairState::default()
     };
     h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
-    let p = udp4(5000, 0);
+    let p = udp4_ecn(5000, 0);
     h.run(&p.bytes, None); // new flow: passes, not backlogged
     assert_eq!(h.fair.get(&0, 0).expect("read").mult_q16, MULT_ONE);
     let out = h.run(&p.bytes, None); // paced: the second backlogged flow

@@ -16,7 +16,7 @@ use shaper_common::fair::{
     EPOCH_SHIFT, Packet, count_active, count_backlogged, departure_slot, join_mult, mult_cap,
     roll_epoch,
 };
-use shaper_common::police::{Action, police, police_link};
+use shaper_common::police::{Action, n_active, police, police_link};
 
 use super::super::PoliceRule;
 use super::super::report::Departure;
@@ -98,7 +98,7 @@ impl Sim<'_> {
                 rule: PoliceRule::Link,
                 ..
             } => {
-                let n_active = (mult_cap(self.fair.active_last, self.fair.active_now) >> 16) - 1;
+                let n_active = n_active(self.fair.active_last, self.fair.active_now);
                 police_link(
                     &mut f.entry,
                     &mut self.police_link,

@@ -1,0 +1,117 @@
+//! What the egress pacer and the ingress policer do alike on every packet:
+//! count it by class, parse its flow key, and find its entry in the flow
+//! table. Both programs load the same maps (each attachment loads its own
+//! copy of the object, so an interface's egress and ingress never share a
+//! flow table or a fair share).
+
+use shaper_common::{
+    config::{FLAG_NO_L2, PacerConfig},
+    counters::Counter,
+    flow::{FlowEntry, WAYS, Way, choose_way, set_and_tag},
+};
+
+use crate::{
+    maps::{FLOWS, count},
+    parse::{Class, TRUNCATED, classify},
+};
+use aya_ebpf::programs::TcContext;
+
+/// Parses `ctx`'s frame and counts it by class; a frame cut short inside a
+/// header it announces counts as truncated and gets flow 0.
+#[inline(always)]
+pub fn count_and_classify(ctx: &TcContext, config: &PacerConfig) -> Class {
+    match classify(ctx, config.flags & FLAG_NO_L2 == 0, config.hash_seed) {
+        Ok(class) => {
+            count(class.l3, 1);
+            if let Some(l4) = class.l4 {
+                count(l4, 1);
+            }
+            if class.vlan {
+                count(Counter::Vlan, 1);
+            }
+            class
+        }
+        Err(_) => {
+            count(Counter::Truncated, 1);
+            TRUNCATED
+        }
+    }
+}
+
+/// The flow table entry for `flow_hash`, claimed afresh when its way was
+/// idle (second value true), shared when every way of its set is busy.
+/// `None` only when the set index is out of the map (never, with the
+/// controller's mask).
+#[inline(always)]
+pub fn flow_entry(
+    config: &PacerConfig,
+    flow_hash: u64,
+    now_ns: u64,
+) -> Option<(&'static mut FlowEntry, bool)> {
+    let (set_idx, tag) = set_and_tag(flow_hash, config.flow_sets_mask);
+    let set = FLOWS.get_ptr_mut(set_idx)?;
+    // SAFETY: the pointer comes from the map lookup and stays valid for this
+    // program run; concurrent writers to one flow are tolerated (see
+    // `shaper_common::fair`).
+    let set = unsafe { &mut *set };
+    let mut started = false;
+    let way = match choose_way(set, tag, now_ns, config.flow_idle_ns) {
+        Way::Hit(i) => i,
+        Way::Claim(i) => {
+            claim(&mut set.ways[i % WAYS], tag, now_ns);
+            count(Counter::FlowNew, 1);
+            started = true;
+            i
+        }
+        Way::Shared(i) => {
+            count(Counter::FlowTableFull, 1);
+            i
+        }
+    };
+    let way = opaque_way(config, way);
+    Some((&mut set.ways[way], started))
+}
+
+/// `way`, with its value hidden from the verifier (a value in 0..WAYS it
+/// cannot narrow). Each way choose_way can return is a different pointer
+/// offset into the set, and the verifier cannot merge states that differ in
+/// one; without this it walked the rest of the program once per way and the
+/// policer ran past the million-instruction limit. XOR with a value loaded
+/// twice from the map is the identity (the seed never changes while
+/// attached) but unknown to the verifier; the mask keeps any value in range.
+#[inline(always)]
+fn opaque_way(config: &PacerConfig, way: usize) -> usize {
+    // SAFETY: reads of a field of the map value the caller looked up.
+    let (a, b) = unsafe {
+        (
+            core::ptr::read_volatile(&raw const config.hash_seed),
+            core::ptr::read_volatile(&raw const config.hash_seed),
+        )
+    };
+    (((way as u64) ^ a ^ b) as usize) & (WAYS - 1)
+}
+
+/// Writes `FlowEntry::fresh(tag, now_ns)` into `w` field by field. A whole
+/// struct assignment compiles to a call of a byte-by-byte memset loop over
+/// its 40 zero bytes, which the verifier walks on every path (the policer
+/// ran past its million-instruction limit on it).
+#[inline(always)]
+fn claim(w: &mut FlowEntry, tag: u32, now_ns: u64) {
+    let fresh = FlowEntry::fresh(tag, now_ns);
+    // SAFETY (all): each pointer is a field of `w`, aligned and writable;
+    // volatile keeps LLVM from merging the stores back into a memset.
+    unsafe {
+        core::ptr::write_volatile(&raw mut w.tag, fresh.tag);
+        core::ptr::write_volatile(&raw mut w.flags, fresh.flags);
+        core::ptr::write_volatile(&raw mut w.t_next_ns, fresh.t_next_ns);
+        core::ptr::write_volatile(&raw mut w.last_seen_ns, fresh.last_seen_ns);
+        core::ptr::write_volatile(&raw mut w.codel.first_above_ns, fresh.codel.first_above_ns);
+        core::ptr::write_volatile(&raw mut w.codel.drop_next_ns, fresh.codel.drop_next_ns);
+        core::ptr::write_volatile(&raw mut w.codel.count, fresh.codel.count);
+        core::ptr::write_volatile(&raw mut w.codel.last_count, fresh.codel.last_count);
+        core::ptr::write_volatile(&raw mut w.codel.rec_inv_sqrt, fresh.codel.rec_inv_sqrt);
+        core::ptr::write_volatile(&raw mut w.codel.dropping, fresh.codel.dropping);
+        core::ptr::write_volatile(&raw mut w.backlog_epoch, fresh.backlog_epoch);
+        core::ptr::write_volatile(&raw mut w.active_epoch, fresh.active_epoch);
+    }
+}

@@ -1,0 +1,137 @@
+//! The ingress policer (`police` mode, issue 6): at TC ingress, where
+//! nothing can be queued, every packet passes at once, and the fair pacer's
+//! virtual clocks only decide which flow gets a congestion signal (CE for
+//! ECN-capable packets, else a drop). The rule is
+//! `shaper_common::police::police_link`: CoDel on a virtual FIFO of the
+//! whole link at the policed rate says when a signal is due, and it goes to
+//! the next packet of a flow above `C / n_active`, at most one packet in four
+//! of any flow. Sparse flows are never touched.
+//!
+//! Units: nanoseconds of CLOCK_MONOTONIC (`bpf_ktime_get_ns`), bytes on the
+//! wire. Invariants: `skb->tstamp` is never read or written (at ingress it
+//! is the receive time, CLOCK_REALTIME). Concurrency: as the egress pacer
+//! (flow entries without locks, shared state with atomics); the virtual
+//! link's clock is read and written without a lock, so two CPUs may lose
+//! one advance of it, which only delays a signal.
+//! Non-goals: telemetry records (counters only, for now); queueing.
+
+use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext};
+use shaper_common::{
+    counters::Counter,
+    fair::{EPOCH_RING, EPOCH_SHIFT, Packet, count_active, count_backlogged, join_mult, mult_cap},
+    police::{Action, n_active, police_link},
+    rate::wire_len_bytes,
+};
+
+use crate::{
+    atomic,
+    egress::{TC_ACT_SHOT, TC_ACT_UNSPEC, mark_ce, roll_epoch},
+    hook::{count_and_classify, flow_entry},
+    maps::{CONFIG, FAIR, POLICE_LINK, count},
+};
+
+#[classifier]
+pub fn shaper_police(ctx: TcContext) -> i32 {
+    match try_shaper_police(&ctx) {
+        Ok(verdict) | Err(verdict) => verdict,
+    }
+}
+
+#[inline(always)]
+fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
+    let len = ctx.len();
+    count(Counter::Packets, 1);
+    count(Counter::Bytes, u64::from(len));
+    let Some(config) = CONFIG.get(0) else {
+        return Ok(TC_ACT_UNSPEC);
+    };
+    let class = count_and_classify(ctx, config);
+    // SAFETY: reading a field of the __sk_buff the kernel passed in.
+    let gso_segs = unsafe { (*ctx.skb.skb).gso_segs };
+    let wire_len = wire_len_bytes(len, gso_segs, class.headers_len);
+    count(Counter::WireBytes, u64::from(wire_len));
+    if !config.enabled() {
+        count(Counter::PassedUnpaced, 1);
+        return Ok(TC_ACT_UNSPEC);
+    }
+    let tx_ns = config.scaled_rate().tx_time_ns(wire_len);
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let now_ns = unsafe { bpf_ktime_get_ns() };
+    let (Some(state), Some(link)) = (FAIR.get_ptr_mut(0), POLICE_LINK.get_ptr_mut(0)) else {
+        count(Counter::PassedUnpaced, 1);
+        return Ok(TC_ACT_UNSPEC);
+    };
+    let epoch = now_ns >> EPOCH_SHIFT;
+    // SAFETY: the pointer comes from the map lookup of this run.
+    let mult_q16 = unsafe { roll_epoch(state, epoch) };
+    let Some((flow, _started)) = flow_entry(config, class.flow_hash, now_ns) else {
+        count(Counter::PassedUnpaced, 1);
+        return Ok(TC_ACT_UNSPEC);
+    };
+    if count_active(flow, epoch) {
+        // SAFETY: as above; shared fields are accessed atomically.
+        unsafe { atomic::add(&raw mut (*state).active_now, 1) };
+    }
+    // SAFETY: as above; shared fields are accessed atomically.
+    let (active_last, active_now) = unsafe {
+        (
+            atomic::load(&raw const (*state).active_last),
+            atomic::load(&raw const (*state).active_now),
+        )
+    };
+    let pkt = Packet {
+        now_ns,
+        skb_tstamp_ns: 0,
+        tx_ns,
+        ect: class.ecn.capable(),
+    };
+    // SAFETY: the pointer comes from the map lookup of this run; a race with
+    // another CPU costs one advance of the virtual link (module header).
+    let link = unsafe { &mut *link };
+    let r = police_link(
+        flow,
+        link,
+        &pkt,
+        mult_q16,
+        n_active(active_last, active_now),
+        &config.fair_params(),
+    );
+    if r.clamped {
+        count(Counter::PoliceClamped, 1);
+    }
+    if r.withheld {
+        count(Counter::PoliceWithheld, 1);
+    }
+    if r.action == Action::Drop {
+        count(Counter::PoliceDrop, 1);
+        return Ok(TC_ACT_SHOT);
+    }
+    // The CSFQ feedback, as on egress: a flow newly behind its clock joins
+    // the backlogged count, and the accepted traffic of this epoch is what
+    // the multiplier is fitted to.
+    if r.virtual_delay_ns > 0 && count_backlogged(flow, epoch) {
+        // SAFETY: as above; shared fields are accessed atomically.
+        unsafe {
+            let n_now = atomic::fetch_add(&raw mut (*state).backlogged_now, 1) + 1;
+            let n_ref = atomic::load(&raw const (*state).backlogged_ref_q8).div_ceil(256);
+            let m = join_mult(mult_q16, n_now, n_ref, mult_cap(active_last, active_now));
+            if m != mult_q16 {
+                atomic::store(&raw mut (*state).mult_q16, m);
+            }
+        }
+    }
+    let slot = (epoch % EPOCH_RING as u64) as usize;
+    // SAFETY: as above; the slot is only ever updated atomically.
+    unsafe { atomic::add(&raw mut (*state).scheduled_ns[slot], tx_ns) };
+    match r.action {
+        Action::Mark => {
+            if class.ecn.present {
+                mark_ce(ctx, class.ecn);
+            }
+            count(Counter::CeMarked, 1);
+        }
+        Action::Pass if r.virtual_delay_ns > 0 => count(Counter::Paced, 1),
+        _ => count(Counter::PassedUnpaced, 1),
+    }
+    Ok(TC_ACT_UNSPEC)
+}

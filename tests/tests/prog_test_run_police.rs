@@ -1,0 +1,273 @@
+//! The ingress policer (`shaper_police`) in the kernel, through
+//! `BPF_PROG_TEST_RUN`: packets pass at once and `skb->tstamp` is never
+//! written; when the virtual link is overloaded its CoDel's signal goes to a
+//! flow above its share (CE with a valid checksum when ECT, a drop
+//! otherwise, each counted); a sparse flow is never touched; no flow gets
+//! more than one signal in four packets; a clock past the horizon is pulled
+//! back and counted.
+//!
+//! Runs on this machine's kernel (no sch_fq needed) and in the VM.
+//! Run: `cargo test -p shaper-tests --test prog_test_run_police -- --test-threads=1`
+
+use shaper::bpf::test_run::SkBuff;
+use shaper_common::{
+    POLICE_PROGRAM,
+    codel::CodelState,
+    counters::Counter,
+    flow::FlowSet,
+    police::{LinkState, MIN_PASSED_BETWEEN_SIGNALS, SINCE_SHIFT},
+};
+use shaper_tests::{
+    bpf_harness::*,
+    packets::{Packet, internet_checksum, udp4_ecn},
+};
+
+const MS: u64 = 1_000_000;
+
+/// The policer at 10 kB/s (100 us per byte) with one flow-table set.
+fn police_harness() -> Option<Harness> {
+    let mut h = Harness::load_program(POLICE_PROGRAM)?;
+    let (mut config, _) = fair_at(10_000);
+    config.flow_sets_mask = 0;
+    h.set_config(config);
+    Some(h)
+}
+
+fn set0(h: &Harness) -> FlowSet {
+    h.flows.get(&0, 0).expect("read SHAPER_FLOWS")
+}
+
+fn counted(before: &Counts, after: &Counts, c: Counter) -> u64 {
+    after[c as usize] - before[c as usize]
+}
+
+/// The virtual link `ahead_ns` behind, above target for longer than an
+/// interval: its CoDel's next signal is due at once.
+fn overload_link(h: &mut Harness, ahead_ns: u64) {
+    let link = LinkState {
+        t_link_ns: monotonic_ns() + ahead_ns,
+        codel: CodelState {
+            first_above_ns: 1,
+            ..CodelState::default()
+        },
+    };
+    h.police_link
+        .set(0, link, 0)
+        .expect("write SHAPER_POLICE_LINK");
+}
+
+/// Makes way `way` of set 0 a flow above `C / n` (its eligibility clock
+/// `elig_ahead_ns` ahead of now) that may take a signal now (three packets
+/// passed since its last).
+fn make_eligible(h: &mut Harness, way: usize, elig_ahead_ns: u64) {
+    let mut set = set0(h);
+    let f = &mut set.ways[way];
+    f.codel.first_above_ns = monotonic_ns() + elig_ahead_ns;
+    f.flags |= MIN_PASSED_BETWEEN_SIGNALS << SINCE_SHIFT;
+    h.flows.set(0, set, 0).expect("write SHAPER_FLOWS");
+}
+
+fn way_of(h: &Harness, p: &Packet) -> usize {
+    h.run(&p.bytes, None);
+    let set = set0(h);
+    (0..set.ways.len())
+        .find(|&i| set.ways[i].tag != 0 && set.ways[i].last_seen_ns != 0)
+        .expect("the flow took a way")
+}
+
+#[test]
+fn packets_pass_at_once_and_the_timestamp_is_left_alone() {
+    let Some(h) = police_harness() else { return };
+    let p = udp4_ecn(1000, 0);
+    let ctx = SkBuff {
+        tstamp: 123_456_789,
+        ..SkBuff::default()
+    };
+    let before = h.counts();
+    // 4 packets of 242 bytes back to back at 10 kB/s: 97 ms of virtual
+    // queue, above target, but below the interval that CoDel (and the
+    // overload rule) need before a signal.
+    for i in 0..4 {
+        let out = h.run(&p.bytes, Some(&ctx));
+        assert_eq!(out.retval, PASS, "packet {i} passes");
+        assert_eq!(out.ctx.tstamp, 123_456_789, "packet {i}: tstamp untouched");
+        assert_eq!(out.data, p.bytes, "packet {i}: bytes untouched");
+    }
+    let after = h.counts();
+    assert_eq!(counted(&before, &after, Counter::Packets), 4);
+    assert_eq!(counted(&before, &after, Counter::FlowNew), 1);
+    assert_eq!(counted(&before, &after, Counter::PoliceDrop), 0);
+    assert_eq!(counted(&before, &after, Counter::CeMarked), 0);
+    assert_eq!(
+        counted(&before, &after, Counter::Paced) + counted(&before, &after, Counter::PassedUnpaced),
+        4,
+        "every packet counted as passed, behind its clock or not"
+    );
+    assert_eq!(
+        counted(&before, &after, Counter::Paced),
+        3,
+        "after the first, each packet runs behind the flow's virtual clock"
+    );
+    let link = h.police_link.get(&0, 0).expect("read link");
+    let now = monotonic_ns();
+    assert!(
+        link.t_link_ns > now + 60 * MS,
+        "the virtual link holds about 97 ms of the 4 packets (at {} ns ahead)",
+        link.t_link_ns.saturating_sub(now)
+    );
+}
+
+#[test]
+fn an_overloaded_link_ce_marks_an_ect_flow_above_its_share_with_a_valid_checksum() {
+    let Some(mut h) = police_harness() else {
+        return;
+    };
+    let p = udp4_ecn(1000, 0b10);
+    let way = way_of(&h, &p);
+    overload_link(&mut h, 60 * MS);
+    make_eligible(&mut h, way, 1_000 * MS);
+    let before = h.counts();
+    let out = h.run(&p.bytes, None);
+    let after = h.counts();
+    assert_eq!(out.retval, PASS, "a marked packet passes");
+    assert_eq!(counted(&before, &after, Counter::CeMarked), 1);
+    assert_eq!(counted(&before, &after, Counter::PoliceDrop), 0);
+    let l3 = p.layout.l3.clone();
+    assert_eq!(out.data[l3.start + 1] & 3, 3, "ECN field is CE");
+    assert_eq!(
+        internet_checksum(&out.data[l3.start..l3.start + 20]),
+        0,
+        "the IPv4 header checksum still verifies"
+    );
+    let link = h.police_link.get(&0, 0).expect("read link");
+    assert_eq!(
+        link.codel.dropping, 1,
+        "the link's CoDel is in its dropping state"
+    );
+    assert_eq!(
+        set0(&h).ways[way].flags & (3 << SINCE_SHIFT),
+        0,
+        "the flow's count restarts"
+    );
+}
+
+#[test]
+fn an_overloaded_link_drops_a_non_ect_flow_above_its_share() {
+    let Some(mut h) = police_harness() else {
+        return;
+    };
+    let p = udp4_ecn(1000, 0);
+    let way = way_of(&h, &p);
+    overload_link(&mut h, 60 * MS);
+    make_eligible(&mut h, way, 1_000 * MS);
+    let t_link_before = h.police_link.get(&0, 0).expect("read").t_link_ns;
+    h.run_expect(
+        "a not-ECT packet owed a signal",
+        &p.bytes,
+        None,
+        DROP,
+        &[
+            (Counter::Packets, 1),
+            (Counter::Bytes, p.len() as u64),
+            (Counter::WireBytes, p.len() as u64),
+            (Counter::Ipv4, 1),
+            (Counter::Udp, 1),
+            (Counter::PoliceDrop, 1),
+        ],
+    );
+    assert_eq!(
+        h.police_link.get(&0, 0).expect("read").t_link_ns,
+        t_link_before,
+        "a dropped packet takes no time on the virtual link"
+    );
+}
+
+#[test]
+fn a_sparse_flow_is_never_touched_even_when_the_link_is_overloaded() {
+    let Some(mut h) = police_harness() else {
+        return;
+    };
+    let p = udp4_ecn(1000, 0);
+    h.run(&p.bytes, None);
+    for i in 0..8 {
+        // The link stays due; the flow's eligibility clock stays behind now
+        // (a flow below C / n), as a ping's would.
+        overload_link(&mut h, 60 * MS);
+        let mut set = set0(&h);
+        for w in set.ways.iter_mut() {
+            w.codel.first_above_ns = 0;
+            w.t_next_ns = 0;
+        }
+        h.flows.set(0, set, 0).expect("write");
+        let out = h.run(&p.bytes, None);
+        assert_eq!(out.retval, PASS, "sparse packet {i} passes");
+        assert_eq!(out.data, p.bytes, "sparse packet {i} unmarked");
+    }
+    let c = h.counts();
+    assert_eq!(c[Counter::PoliceDrop as usize], 0);
+    assert_eq!(c[Counter::CeMarked as usize], 0);
+    let link = h.police_link.get(&0, 0).expect("read");
+    assert_eq!(
+        link.codel.dropping, 0,
+        "the due signal is kept for an eligible flow, not spent"
+    );
+}
+
+#[test]
+fn no_flow_gets_more_than_one_signal_in_four_packets() {
+    let Some(mut h) = police_harness() else {
+        return;
+    };
+    let p = udp4_ecn(1000, 0b01);
+    let way = way_of(&h, &p);
+    let mut signalled = Vec::new();
+    let before = h.counts();
+    for _ in 0..40 {
+        // Always overloaded and always eligible: only the cap holds it back.
+        overload_link(&mut h, 60 * MS);
+        let mut set = set0(&h);
+        set.ways[way].codel.first_above_ns = monotonic_ns() + 1_000 * MS;
+        h.flows.set(0, set, 0).expect("write");
+        let out = h.run(&p.bytes, None);
+        assert_eq!(out.retval, PASS);
+        signalled.push(out.data[p.layout.l3.start + 1] & 3 == 3);
+    }
+    let after = h.counts();
+    let marks = signalled.iter().filter(|&&s| s).count();
+    for w in signalled.windows(4) {
+        assert!(
+            w.iter().filter(|&&s| s).count() <= 1,
+            "two signals within four packets: {signalled:?}"
+        );
+    }
+    assert_eq!(
+        marks, 10,
+        "exactly one in four when always due: {signalled:?}"
+    );
+    assert_eq!(counted(&before, &after, Counter::CeMarked), 10);
+    assert_eq!(counted(&before, &after, Counter::PoliceWithheld), 30);
+}
+
+#[test]
+fn a_clock_past_the_horizon_is_pulled_back_and_counted() {
+    let Some(mut h) = police_harness() else {
+        return;
+    };
+    let p = udp4_ecn(1000, 0);
+    let way = way_of(&h, &p);
+    let mut set = set0(&h);
+    set.ways[way].t_next_ns = monotonic_ns() + 10_000 * MS;
+    h.flows.set(0, set, 0).expect("write");
+    let before = h.counts();
+    let out = h.run(&p.bytes, None);
+    let after = h.counts();
+    assert_eq!(out.retval, PASS, "a clamped flow's packet still passes");
+    assert_eq!(counted(&before, &after, Counter::PoliceClamped), 1);
+    let now = monotonic_ns();
+    let t = set0(&h).ways[way].t_next_ns;
+    assert!(
+        t <= now + 600 * MS,
+        "the clock is within the horizon (500 ms) plus one packet: {} ms ahead",
+        t.saturating_sub(now) / MS
+    );
+}
