@@ -144,7 +144,7 @@ pub fn kernel_has_tcx() -> bool {
     KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
 }
 
-fn tc_err(step: &'static str, iface: &str) -> impl FnOnce(tc::TcError) -> AttachError {
+pub(crate) fn tc_err(step: &'static str, iface: &str) -> impl FnOnce(tc::TcError) -> AttachError {
     let iface = iface.to_owned();
     move |source| AttachError::Tc {
         step,
@@ -153,7 +153,11 @@ fn tc_err(step: &'static str, iface: &str) -> impl FnOnce(tc::TcError) -> Attach
     }
 }
 
-fn pin_err(op: &'static str, path: &Path, detail: impl std::fmt::Display) -> AttachError {
+pub(crate) fn pin_err(
+    op: &'static str,
+    path: &Path,
+    detail: impl std::fmt::Display,
+) -> AttachError {
     AttachError::Pin {
         op,
         path: path.display().to_string(),
@@ -213,7 +217,7 @@ pub fn load_telemetry(ebpf: &mut Ebpf) -> Result<(), AttachError> {
 }
 
 /// Starts the fair pacer's shared state at a multiplier of 1.0.
-fn init_fair(ebpf: &mut Ebpf) -> Result<(), AttachError> {
+pub(crate) fn init_fair(ebpf: &mut Ebpf) -> Result<(), AttachError> {
     let map = ebpf.map_mut(maps::FAIR).ok_or_else(|| AttachError::Load {
         detail: format!("the object has no map {}", maps::FAIR),
     })?;
@@ -239,7 +243,7 @@ fn classifier(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, AttachError> {
         })
 }
 
-fn write_config(ebpf: &mut Ebpf, config: &PacerConfig) -> Result<(), AttachError> {
+pub(crate) fn write_config(ebpf: &mut Ebpf, config: &PacerConfig) -> Result<(), AttachError> {
     let map = ebpf
         .map_mut(maps::CONFIG)
         .ok_or_else(|| AttachError::Load {
@@ -287,6 +291,7 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
         replaced_root: false,
         snapshot: snapshot.encode(),
         gso_before: None,
+        ingress: None,
     };
     record.store(&paths.record)?;
 
@@ -357,73 +362,15 @@ fn attach_steps(
     // 6. The classifier.
     fs::create_dir_all(&paths.pin_dir).map_err(|e| pin_err("create", &paths.pin_dir, e))?;
     clear_pins(&paths.pin_dir);
-    let program = classifier(ebpf)?;
-    let classifier_err = |step: &'static str| {
-        move |e: aya::programs::ProgramError| AttachError::Classifier {
-            step,
-            iface: iface.to_owned(),
-            detail: format!("{e:#}"),
-        }
-    };
-    if kernel_has_tcx() {
-        let id = program
-            .attach_with_options(
-                iface,
-                TcAttachType::Egress,
-                TcAttachOptions::TcxOrder(aya::programs::LinkOrder::default()),
-            )
-            .map_err(classifier_err("attaching the classifier by TCX"))?;
-        let tc_link = program
-            .take_link(id)
-            .map_err(classifier_err("taking the TCX link"))?;
-        let fd_link: FdLink =
-            tc_link
-                .try_into()
-                .map_err(
-                    |e: aya::programs::links::LinkError| AttachError::Classifier {
-                        step: "converting the TCX link",
-                        iface: iface.to_owned(),
-                        detail: e.to_string(),
-                    },
-                )?;
-        record.attach = Some(AttachMode::Tcx);
-        record.store(&paths.record)?;
-        let path = paths.pin_dir.join(pins::LINK);
-        // Dropping the returned PinnedLink closes our fd; the pin keeps the
-        // link (and so the program) attached until `undo` removes it.
-        fd_link
-            .pin(&path)
-            .map_err(|e| pin_err("pin the TCX link at", &path, e))?;
-    } else {
-        if !tc::has_clsact(link.ifindex).map_err(tc_err("looking for clsact", iface))? {
-            record.created_clsact = true;
-            record.store(&paths.record)?;
-            tc::add_clsact(link.ifindex).map_err(tc_err("adding the clsact qdisc", iface))?;
-        }
-        let id = program
-            .attach_with_options(
-                iface,
-                TcAttachType::Egress,
-                TcAttachOptions::Netlink(NlOptions::default()),
-            )
-            .map_err(classifier_err("attaching the classifier to clsact egress"))?;
-        let tc_link = program
-            .take_link(id)
-            .map_err(classifier_err("taking the tc link"))?;
-        let priority = tc_link
-            .priority()
-            .map_err(classifier_err("reading the filter priority"))?;
-        let handle = tc_link
-            .handle()
-            .map_err(classifier_err("reading the filter handle"))?;
-        record.attach = Some(AttachMode::Netlink {
-            priority,
-            handle: u32::from(handle),
-        });
-        record.store(&paths.record)?;
-        // Forget the link object: the filter stays until `undo` deletes it.
-        std::mem::forget(tc_link);
+    if !kernel_has_tcx() {
+        ensure_clsact(link, paths, record)?;
     }
+    let program = classifier(ebpf)?;
+    let link_pin = paths.pin_dir.join(pins::LINK);
+    attach_classifier(program, link, TcAttachType::Egress, &link_pin, |mode| {
+        record.attach = Some(mode);
+        record.store(&paths.record).map_err(AttachError::from)
+    })?;
 
     // 7. Pin the maps.
     for (name, file) in [
@@ -448,8 +395,137 @@ fn attach_steps(
     Ok(())
 }
 
+/// Creates the clsact qdisc on `link` unless it has one, recording first
+/// that the shaper made it (so `undo` removes it).
+pub(crate) fn ensure_clsact(
+    link: &Link,
+    paths: &Paths,
+    record: &mut Record,
+) -> Result<(), AttachError> {
+    let iface = link.name.as_str();
+    if record.created_clsact
+        || tc::has_clsact(link.ifindex).map_err(tc_err("looking for clsact", iface))?
+    {
+        return Ok(());
+    }
+    record.created_clsact = true;
+    record.store(&paths.record)?;
+    tc::add_clsact(link.ifindex).map_err(tc_err("adding the clsact qdisc", iface))
+}
+
+/// Attaches `program` at `link`'s hook `ty`: a TCX link pinned at
+/// `link_pin` on kernels with TCX, else a cls_bpf filter on clsact (which
+/// must exist). `recorded` is called with the mode once attached and before
+/// the link is pinned, so the state record names it first.
+pub(crate) fn attach_classifier(
+    program: &mut SchedClassifier,
+    link: &Link,
+    ty: TcAttachType,
+    link_pin: &Path,
+    mut recorded: impl FnMut(AttachMode) -> Result<(), AttachError>,
+) -> Result<(), AttachError> {
+    let iface = link.name.as_str();
+    let classifier_err = |step: &'static str| {
+        move |e: aya::programs::ProgramError| AttachError::Classifier {
+            step,
+            iface: iface.to_owned(),
+            detail: format!("{e:#}"),
+        }
+    };
+    if kernel_has_tcx() {
+        let id = program
+            .attach_with_options(
+                iface,
+                ty,
+                TcAttachOptions::TcxOrder(aya::programs::LinkOrder::default()),
+            )
+            .map_err(classifier_err("attaching the classifier by TCX"))?;
+        let tc_link = program
+            .take_link(id)
+            .map_err(classifier_err("taking the TCX link"))?;
+        let fd_link: FdLink =
+            tc_link
+                .try_into()
+                .map_err(|e: LinkError| AttachError::Classifier {
+                    step: "converting the TCX link",
+                    iface: iface.to_owned(),
+                    detail: e.to_string(),
+                })?;
+        recorded(AttachMode::Tcx)?;
+        // Dropping the returned PinnedLink closes our fd; the pin keeps the
+        // link (and so the program) attached until `undo` removes it.
+        fd_link
+            .pin(link_pin)
+            .map_err(|e| pin_err("pin the TCX link at", link_pin, e))?;
+    } else {
+        let id = program
+            .attach_with_options(iface, ty, TcAttachOptions::Netlink(NlOptions::default()))
+            .map_err(classifier_err("attaching the classifier to clsact"))?;
+        let tc_link = program
+            .take_link(id)
+            .map_err(classifier_err("taking the tc link"))?;
+        let priority = tc_link
+            .priority()
+            .map_err(classifier_err("reading the filter priority"))?;
+        let handle = tc_link
+            .handle()
+            .map_err(classifier_err("reading the filter handle"))?;
+        recorded(AttachMode::Netlink {
+            priority,
+            handle: u32::from(handle),
+        })?;
+        // Forget the link object: the filter stays until `undo` deletes it.
+        std::mem::forget(tc_link);
+    }
+    Ok(())
+}
+
+/// Detaches what [`attach_classifier`] attached at hook `ty`, as `mode`
+/// says; anything already gone is fine.
+pub(crate) fn detach_classifier(
+    iface: &str,
+    ty: TcAttachType,
+    mode: Option<AttachMode>,
+    link_pin: &Path,
+    present: bool,
+) -> Result<(), AttachError> {
+    match mode {
+        Some(AttachMode::Tcx) => match PinnedLink::from_pin(link_pin) {
+            Ok(pinned) => pinned
+                .unpin()
+                .map(drop)
+                .map_err(|e| pin_err("unpin the TCX link at", link_pin, e)),
+            Err(LinkError::SyscallError(SyscallError { io_error, .. }))
+                if io_error.kind() == io::ErrorKind::NotFound =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(pin_err("open the TCX link at", link_pin, e)),
+        },
+        Some(AttachMode::Netlink { priority, handle }) if present => {
+            SchedClassifierLink::attached(iface, ty, priority, TcHandle::from(handle), None)
+                .map_err(|e| e.to_string())
+                .and_then(|l| match l.detach() {
+                    // Already gone (e.g. clsact deleted by hand) is fine.
+                    Err(ProgramError::NetlinkError(e))
+                        if e.raw_os_error() == Some(libc::ENOENT) =>
+                    {
+                        Ok(())
+                    }
+                    other => other.map_err(|e| format!("{e:#}")),
+                })
+                .map_err(|detail| AttachError::Classifier {
+                    step: "detaching the classifier",
+                    iface: iface.to_owned(),
+                    detail,
+                })
+        }
+        _ => Ok(()),
+    }
+}
+
 /// Removes every pin in `dir` (not the directory); missing is fine.
-fn clear_pins(dir: &Path) {
+pub(crate) fn clear_pins(dir: &Path) {
     if let Ok(entries) = fs::read_dir(dir) {
         for e in entries.flatten() {
             let _ = fs::remove_file(e.path());
@@ -492,46 +568,15 @@ pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
     }
 
     // Classifier.
-    match record.attach {
-        Some(AttachMode::Tcx) => {
-            let path = paths.pin_dir.join(pins::LINK);
-            match PinnedLink::from_pin(&path) {
-                Ok(pinned) => keep(
-                    pinned
-                        .unpin()
-                        .map(drop)
-                        .map_err(|e| pin_err("unpin the TCX link at", &path, e)),
-                ),
-                Err(LinkError::SyscallError(SyscallError { io_error, .. }))
-                    if io_error.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => keep(Err(pin_err("open the TCX link at", &path, e))),
-            }
-        }
-        Some(AttachMode::Netlink { priority, handle }) if present => {
-            let detached = SchedClassifierLink::attached(
-                iface,
-                TcAttachType::Egress,
-                priority,
-                TcHandle::from(handle),
-                None,
-            )
-            .map_err(|e| e.to_string())
-            .and_then(|l| match l.detach() {
-                // Already gone (e.g. clsact deleted by hand) is fine.
-                Err(ProgramError::NetlinkError(e)) if e.raw_os_error() == Some(libc::ENOENT) => {
-                    Ok(())
-                }
-                other => other.map_err(|e| format!("{e:#}")),
-            });
-            if let Err(detail) = detached {
-                keep(Err(AttachError::Classifier {
-                    step: "detaching the classifier",
-                    iface: iface.to_owned(),
-                    detail,
-                }));
-            }
-        }
-        _ => {}
+    keep(detach_classifier(
+        iface,
+        TcAttachType::Egress,
+        record.attach,
+        &paths.pin_dir.join(pins::LINK),
+        present,
+    ));
+    if let Some(ingress) = &record.ingress {
+        keep(crate::ingress::detach(record, ingress, paths, present));
     }
     if record.created_clsact && present {
         keep(tc::delete_clsact(record.ifindex).map_err(tc_err("removing the clsact qdisc", iface)));

@@ -93,12 +93,31 @@ pub struct ObserveArgs {
 /// Arguments of `shaper run`.
 #[derive(Debug, Args)]
 pub struct RunArgs {
-    /// Interface whose egress to shape.
+    /// Interface to shape.
     #[arg(long, value_name = "IF")]
     pub iface: String,
-    /// Rate in tc syntax: 850mbit, 0.5gbit, 20mbit, 12.5mbps (1kbit to 1tbit).
+    /// Egress (upload) rate in tc syntax: 850mbit, 0.5gbit, 20mbit,
+    /// 12.5mbps (1kbit to 1tbit). Needs sch_fq.
+    #[arg(
+        long,
+        value_name = "RATE",
+        allow_hyphen_values = true,
+        required_unless_present = "ingress_rate"
+    )]
+    pub rate: Option<Rate>,
+    /// Ingress (download) rate, in the same syntax; with or without --rate.
     #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
-    pub rate: Rate,
+    pub ingress_rate: Option<Rate>,
+    /// How to shape ingress: `police` (the AQM policer at the ingress hook:
+    /// no queue, no IFB, no sch_fq) or `ifb` (not built yet).
+    #[arg(
+        long,
+        value_enum,
+        value_name = "MODE",
+        default_value = "police",
+        requires = "ingress_rate"
+    )]
+    pub ingress_mode: crate::ingress::IngressMode,
     /// Drop packets the pacer would hold longer than this (10ms to 10s).
     #[arg(long, value_name = "DURATION", default_value = "500ms", value_parser = parse_duration)]
     pub horizon: Duration,
@@ -173,7 +192,8 @@ mod tests {
         match cli.command {
             Command::Run(a) => {
                 assert_eq!(a.iface, "eth0");
-                assert_eq!(a.rate.bits_per_s(), 850_000_000);
+                assert_eq!(a.rate.map(|r| r.bits_per_s()), Some(850_000_000));
+                assert_eq!(a.ingress_rate, None);
                 assert_eq!(a.horizon, Duration::from_millis(500));
                 assert_eq!(a.pacer_args(), PacerArgs::default());
             }
@@ -185,6 +205,42 @@ mod tests {
         assert!(err.to_string().contains("negative"), "{err}");
         assert_eq!(err.exit_code(), 2);
         let err = Cli::try_parse_from(["shaper", "run", "--iface", "e"]).expect_err("no rate");
+        assert_eq!(err.exit_code(), 2);
+        // Download only.
+        let cli =
+            Cli::try_parse_from(["shaper", "run", "--iface", "e", "--ingress-rate", "100mbit"])
+                .expect("ingress only");
+        match cli.command {
+            Command::Run(a) => {
+                assert_eq!(a.rate, None);
+                assert_eq!(a.ingress_rate.map(|r| r.bits_per_s()), Some(100_000_000));
+                assert_eq!(a.ingress_mode, crate::ingress::IngressMode::Police);
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = Cli::try_parse_from([
+            "shaper",
+            "run",
+            "--iface",
+            "e",
+            "--rate",
+            "1mbit",
+            "--ingress-mode",
+            "police",
+        ])
+        .expect_err("a mode without an ingress rate");
+        assert_eq!(err.exit_code(), 2);
+        let err = Cli::try_parse_from([
+            "shaper",
+            "run",
+            "--iface",
+            "e",
+            "--ingress-rate",
+            "1mbit",
+            "--ingress-mode",
+            "queue",
+        ])
+        .expect_err("unknown mode");
         assert_eq!(err.exit_code(), 2);
         let err = Cli::try_parse_from([
             "shaper",

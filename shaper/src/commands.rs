@@ -10,6 +10,7 @@ use crate::{
     checks::{self, Capabilities, CheckError, kernel_release},
     cli::RunArgs,
     config::RunConfig,
+    ingress::{self, IngressMode},
     link::{Link, link_by_name},
     state::{self, Paths, Record, Roots},
     status, tc,
@@ -39,15 +40,19 @@ impl Drop for UndoGuard {
     }
 }
 
-/// Checks the kernel can do what `run` needs. Changes nothing visible (the
-/// qdisc probes run in a throwaway network namespace).
-pub fn check_kernel(config: &RunConfig) -> Result<(), CheckError> {
+/// Checks the kernel can do what `run` needs: sch_fq when `egress` is
+/// shaped (it holds packets to their departure times), the TC hooks and BPF
+/// always. Changes nothing visible (the qdisc probes run in a throwaway
+/// network namespace).
+pub fn check_kernel(egress: Option<&RunConfig>) -> Result<(), CheckError> {
     let release = kernel_release();
     let probe_failed = |what: &str, e: tc::TcError| CheckError::NoBpf {
         release: release.clone(),
         detail: format!("probing {what} failed: {e}"),
     };
-    if !tc::probe_qdisc_kind("fq").map_err(|e| probe_failed("sch_fq", e))? {
+    if let Some(config) = egress
+        && !tc::probe_qdisc_kind("fq").map_err(|e| probe_failed("sch_fq", e))?
+    {
         return Err(CheckError::NoSchFq {
             release,
             iface: config.iface.clone(),
@@ -93,18 +98,47 @@ fn check_not_shaped(link: &Link, paths: &Paths) -> Result<()> {
     Ok(())
 }
 
+/// Why `shaper run` refused an ingress request before changing anything.
+#[derive(Debug, thiserror::Error)]
+pub enum IngressUsage {
+    /// `--ingress-mode ifb` is accepted by the parser but not built.
+    #[error(
+        "--ingress-mode ifb is not available yet: ingress shaping through an IFB device is \
+         still to be built. Use --ingress-mode police (the default), which needs no IFB and no \
+         sch_fq"
+    )]
+    IfbNotBuilt,
+}
+
 /// `shaper run`.
 pub fn run(args: RunArgs) -> Result<()> {
     let pacer = args.pacer_args();
-    let mut config = RunConfig::with_pacer(args.iface.clone(), args.rate, args.horizon, &pacer)?;
-    config.sample_every = (!args.no_telemetry).then_some(args.sample);
+    let egress = match args.rate {
+        Some(rate) => {
+            let mut c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
+            c.sample_every = (!args.no_telemetry).then_some(args.sample);
+            Some(c)
+        }
+        None => None,
+    };
+    let ingress = match args.ingress_rate {
+        Some(rate) => {
+            if args.ingress_mode == IngressMode::Ifb {
+                return Err(IngressUsage::IfbNotBuilt.into());
+            }
+            let mut c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
+            c.sample_every = None;
+            Some(c)
+        }
+        None => None,
+    };
     Capabilities::current()?.check()?;
-    let link = link_by_name(&config.iface)?;
+    let link = link_by_name(&args.iface)?;
     checks::check_link(&link)?;
     let netns = state::current_netns()?;
     let paths = Roots::default().paths(&link.name, netns);
     check_not_shaped(&link, &paths)?;
-    check_kernel(&config)?;
+    check_kernel(egress.as_ref())?;
     if link.oper_state == "down" || link.oper_state == "lowerlayerdown" {
         warn!(iface = %link.name, state = %link.oper_state, "the interface has no carrier; shaping anyway");
     }
@@ -119,9 +153,29 @@ pub fn run(args: RunArgs) -> Result<()> {
         let mut sigint = signal(SignalKind::interrupt()).context("installing SIGINT handler")?;
         let mut sighup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
 
-        let mut shaped = attach::attach(&config, &link, paths)?;
+        let mut shaped = match &egress {
+            Some(config) => Some(attach::attach(config, &link, paths.clone())?),
+            None => None,
+        };
         let mut guard = UndoGuard {
-            armed: Some((shaped.record.clone(), shaped.paths.clone())),
+            armed: shaped.as_ref().map(|s| (s.record.clone(), s.paths.clone())),
+        };
+        let policer = match &ingress {
+            Some(config) => {
+                let record = shaped.as_ref().map(|s| s.record.clone());
+                match ingress::attach(config, &link, &paths, record) {
+                    Ok((ebpf, record)) => {
+                        guard.armed = Some((record, paths.clone()));
+                        Some(ebpf)
+                    }
+                    Err(e) => {
+                        // ingress::attach undid everything, egress included.
+                        guard.armed = None;
+                        return Err(e.into());
+                    }
+                }
+            }
+            None => None,
         };
         // In JSON mode stdout carries only records.
         let say = |msg: String| {
@@ -131,25 +185,34 @@ pub fn run(args: RunArgs) -> Result<()> {
                 println!("{msg}");
             }
         };
+        let mut what = Vec::new();
+        if let Some(c) = &egress {
+            what.push(format!("egress at {}", c.rate));
+        }
+        if let Some(c) = &ingress {
+            what.push(format!("ingress at {} (police)", c.rate));
+        }
         say(format!(
-            "shaper: shaping {} egress at {} (pid {}); Ctrl-C or SIGTERM stops and restores it",
+            "shaper: shaping {} {} (pid {}); Ctrl-C or SIGTERM stops and restores it",
             link.name,
-            config.rate,
+            what.join(" and "),
             std::process::id()
         ));
-        let pipeline = if args.no_telemetry {
-            None
-        } else {
-            let (ring, counters) = telemetry::source::pacer(&mut shaped.ebpf)?;
-            let mut opts = PipelineOptions::new(&link.name, "shaper", Output::detect(args.json));
-            opts.top = args.top;
-            opts.metrics = args.metrics;
-            opts.table.sample_every = args.sample.max(1);
-            let p = Pipeline::start(ring, counters, opts).await?;
-            if let Some(addr) = p.metrics_addr {
-                say(format!("shaper: metrics at http://{addr}/metrics"));
+        let pipeline = match shaped.as_mut() {
+            Some(shaped) if !args.no_telemetry => {
+                let (ring, counters) = telemetry::source::pacer(&mut shaped.ebpf)?;
+                let mut opts =
+                    PipelineOptions::new(&link.name, "shaper", Output::detect(args.json));
+                opts.top = args.top;
+                opts.metrics = args.metrics;
+                opts.table.sample_every = args.sample.max(1);
+                let p = Pipeline::start(ring, counters, opts).await?;
+                if let Some(addr) = p.metrics_addr {
+                    say(format!("shaper: metrics at http://{addr}/metrics"));
+                }
+                Some(p)
             }
-            Some(p)
+            _ => None,
         };
         let which = tokio::select! {
             _ = sigterm.recv() => "SIGTERM",
@@ -161,7 +224,9 @@ pub fn run(args: RunArgs) -> Result<()> {
             Some(p) => Some(p.stop().await),
             None => None,
         };
-        drop(shaped.ebpf);
+        let police_counts = policer.as_ref().map(ingress::counters);
+        drop(shaped);
+        drop(policer);
         guard.undo_now()?;
         say(format!("shaper: {} restored", link.name));
         if let Some(s) = summary {
@@ -169,6 +234,14 @@ pub fn run(args: RunArgs) -> Result<()> {
                 println!("{}", telemetry::view::summary_json(&s));
             } else {
                 print!("{}", telemetry::view::summary_text(&s));
+            }
+        }
+        if let Some(Ok(counts)) = police_counts {
+            let line = ingress::summary(&counts);
+            if args.json {
+                println!("{}", ingress::summary_json(&counts));
+            } else {
+                println!("{line}");
             }
         }
         Ok(())

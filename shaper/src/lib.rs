@@ -14,6 +14,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod gso;
+pub mod ingress;
 pub mod lab;
 pub mod link;
 pub mod observe;

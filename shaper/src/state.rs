@@ -221,6 +221,16 @@ pub enum AttachMode {
     },
 }
 
+/// What one `shaper run` did at an interface's ingress hook.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IngressRecord {
+    /// The ingress rate in bits per second.
+    pub rate_bits_per_s: u64,
+    /// How the ingress program is attached; `None` until it is. Its pins
+    /// live in the `ingress` directory under the pin directory.
+    pub attach: Option<AttachMode>,
+}
+
 /// What one `shaper run` did to one interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -243,6 +253,8 @@ pub struct Record {
     /// The device's GSO sizes before the shaper lowered them
     /// ([`crate::gso`]); `None` when it did not.
     pub gso_before: Option<GsoSizes>,
+    /// Ingress shaping, when asked for (`--ingress-rate`).
+    pub ingress: Option<IngressRecord>,
 }
 
 const MAGIC_LINE: &str = "shaper-state 1";
@@ -263,22 +275,17 @@ impl Record {
         kv("ifindex", self.ifindex.to_string());
         kv("pid", self.pid.to_string());
         kv("rate_bits_per_s", self.rate_bits_per_s.to_string());
-        kv(
-            "attach",
-            match self.attach {
-                None => "none".to_owned(),
-                Some(AttachMode::Tcx) => "tcx".to_owned(),
-                Some(AttachMode::Netlink { priority, handle }) => {
-                    format!("netlink:{priority}:{handle}")
-                }
-            },
-        );
+        kv("attach", encode_attach(self.attach));
         kv("created_clsact", u8::from(self.created_clsact).to_string());
         kv("replaced_root", u8::from(self.replaced_root).to_string());
         kv("snapshot", hex(&self.snapshot));
         if let Some(g) = self.gso_before {
             let v4 = g.ipv4_max_bytes.map_or("-".to_owned(), |v| v.to_string());
             kv("gso_before", format!("{}:{v4}", g.max_bytes));
+        }
+        if let Some(i) = self.ingress {
+            kv("ingress_rate_bits_per_s", i.rate_bits_per_s.to_string());
+            kv("ingress_attach", encode_attach(i.attach));
         }
         out
     }
@@ -317,21 +324,13 @@ impl Record {
                 v => Err(damaged(format!("{k}={v} is not 0 or 1"))),
             }
         };
-        let attach = match field("attach")? {
-            "none" => None,
-            "tcx" => Some(AttachMode::Tcx),
-            v => {
-                let mut parts = v.split(':');
-                match (parts.next(), parts.next(), parts.next(), parts.next()) {
-                    (Some("netlink"), Some(p), Some(h), None) => Some(AttachMode::Netlink {
-                        priority: p
-                            .parse()
-                            .map_err(|_| damaged(format!("bad priority {p}")))?,
-                        handle: h.parse().map_err(|_| damaged(format!("bad handle {h}")))?,
-                    }),
-                    _ => return Err(damaged(format!("unknown attach mode {v}"))),
-                }
-            }
+        let attach = decode_attach(field("attach")?).map_err(damaged)?;
+        let ingress = match get.get("ingress_rate_bits_per_s") {
+            None => None,
+            Some(_) => Some(IngressRecord {
+                rate_bits_per_s: num("ingress_rate_bits_per_s")?,
+                attach: decode_attach(field("ingress_attach")?).map_err(damaged)?,
+            }),
         };
         let too_big = |k: &str| damaged(format!("{k} out of range"));
         let gso_before = match get.get("gso_before") {
@@ -359,6 +358,7 @@ impl Record {
             snapshot: unhex(field("snapshot")?)
                 .ok_or_else(|| damaged("snapshot is not hex".into()))?,
             gso_before,
+            ingress,
         })
     }
 
@@ -390,6 +390,31 @@ impl Record {
                 path: path.to_owned(),
                 source,
             }),
+        }
+    }
+}
+
+fn encode_attach(a: Option<AttachMode>) -> String {
+    match a {
+        None => "none".to_owned(),
+        Some(AttachMode::Tcx) => "tcx".to_owned(),
+        Some(AttachMode::Netlink { priority, handle }) => format!("netlink:{priority}:{handle}"),
+    }
+}
+
+fn decode_attach(v: &str) -> Result<Option<AttachMode>, String> {
+    match v {
+        "none" => Ok(None),
+        "tcx" => Ok(Some(AttachMode::Tcx)),
+        v => {
+            let mut parts = v.split(':');
+            match (parts.next(), parts.next(), parts.next(), parts.next()) {
+                (Some("netlink"), Some(p), Some(h), None) => Ok(Some(AttachMode::Netlink {
+                    priority: p.parse().map_err(|_| format!("bad priority {p}"))?,
+                    handle: h.parse().map_err(|_| format!("bad handle {h}"))?,
+                })),
+                _ => Err(format!("unknown attach mode {v}")),
+            }
         }
     }
 }
@@ -479,6 +504,7 @@ mod tests {
                 max_bytes: 65_536,
                 ipv4_max_bytes: None,
             }),
+            ingress: None,
         }
     }
 
@@ -503,6 +529,17 @@ mod tests {
             let back = Record::decode(&r.encode(), Path::new("x")).expect("decodes");
             assert_eq!(back, r);
         }
+        for attach in [None, Some(AttachMode::Tcx), sample().attach] {
+            let r = Record {
+                ingress: Some(IngressRecord {
+                    rate_bits_per_s: 100_000_000,
+                    attach,
+                }),
+                ..sample()
+            };
+            let back = Record::decode(&r.encode(), Path::new("x")).expect("decodes");
+            assert_eq!(back, r);
+        }
     }
 
     #[test]
@@ -518,6 +555,9 @@ mod tests {
             good.replace("iface=veth0\n", ""),
             good.replace("gso_before=65536:-", "gso_before=65536"),
             good.replace("gso_before=65536:-", "gso_before=big:-"),
+            format!("{good}ingress_rate_bits_per_s=1000\n"),
+            format!("{good}ingress_rate_bits_per_s=x\ningress_attach=tcx\n"),
+            format!("{good}ingress_rate_bits_per_s=1000\ningress_attach=xdp\n"),
         ];
         for text in cases {
             assert!(

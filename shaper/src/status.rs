@@ -36,6 +36,16 @@ pub struct IfaceStatus {
     pub counters: Option<Vec<(Counter, u64)>>,
     /// The fair pacer's shared state, if the pins are visible here.
     pub fair: Option<FairState>,
+    /// The ingress policer's counters, when ingress is shaped and its pins
+    /// are visible here.
+    pub ingress_counters: Option<Vec<(Counter, u64)>>,
+}
+
+impl IfaceStatus {
+    /// Egress is shaped (an ingress-only record has no egress rate).
+    pub fn egress(&self) -> bool {
+        self.record.rate_bits_per_s != 0 || self.record.attach.is_some()
+    }
 }
 
 /// Collects the status of `iface`, or of every recorded interface in this
@@ -69,22 +79,18 @@ pub fn collect(
             .and_then(|a| a.get(&0, 0).ok());
         let counters = open_pinned(&paths.pin_dir.join(pins::COUNTERS))?
             .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
-            .map(|a| {
-                Counter::ALL
-                    .iter()
-                    .map(|&c| {
-                        let sum = a
-                            .get(&(c as u32), 0)
-                            .map(|v| v.iter().copied().fold(0u64, u64::wrapping_add))
-                            .unwrap_or(0);
-                        (c, sum)
-                    })
-                    .collect()
-            });
+            .map(|a| sum_counters(&a));
         let fair = open_pinned(&paths.pin_dir.join(pins::FAIR))?
             .and_then(|m| Array::<_, FairState>::try_from(m).ok())
             .and_then(|a| a.get(&0, 0).ok());
+        let ingress_counters = match record.ingress {
+            Some(_) => open_pinned(&crate::ingress::pin_dir(&paths).join(pins::COUNTERS))?
+                .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
+                .map(|a| sum_counters(&a)),
+            None => None,
+        };
         out.push(IfaceStatus {
+            ingress_counters,
             fair,
             pid_alive: crate::state::pid_alive(record.pid),
             present,
@@ -95,6 +101,23 @@ pub fn collect(
         });
     }
     Ok(out)
+}
+
+/// Every counter of a `SHAPER_COUNTERS` map, summed over the CPUs (an
+/// unreadable slot counts 0).
+pub fn sum_counters<T: std::borrow::Borrow<aya::maps::MapData>>(
+    a: &PerCpuArray<T, u64>,
+) -> Vec<(Counter, u64)> {
+    Counter::ALL
+        .iter()
+        .map(|&c| {
+            let sum = a
+                .get(&(c as u32), 0)
+                .map(|v| v.iter().copied().fold(0u64, u64::wrapping_add))
+                .unwrap_or(0);
+            (c, sum)
+        })
+        .collect()
 }
 
 /// One JSON object for `shaper status --json`: the record's essentials, the
@@ -109,12 +132,18 @@ pub fn to_json(st: &IfaceStatus) -> String {
         "present": st.present,
         "rate_bits_per_s": r.rate_bits_per_s,
         "root_qdisc": st.root_qdisc,
-        "classifier": match r.attach {
-            Some(AttachMode::Tcx) => "tcx",
-            Some(AttachMode::Netlink { .. }) => "tc clsact",
-            None => "none",
-        },
+        "classifier": attach_name(r.attach),
     });
+    if let Some(i) = &r.ingress {
+        v["ingress"] = serde_json::json!({
+            "mode": "police",
+            "rate_bits_per_s": i.rate_bits_per_s,
+            "classifier": attach_name(i.attach),
+        });
+        if let Some(counters) = &st.ingress_counters {
+            v["ingress"]["counters"] = counters_json(counters);
+        }
+    }
     if let Some(c) = &st.config {
         v["pacer"] = serde_json::json!({
             "kind": if c.fair() { "fair" } else { "aggregate" },
@@ -139,13 +168,71 @@ pub fn to_json(st: &IfaceStatus) -> String {
         });
     }
     if let Some(counters) = &st.counters {
-        let map: serde_json::Map<String, serde_json::Value> = counters
-            .iter()
-            .map(|(c, n)| (c.name().to_owned(), serde_json::Value::from(*n)))
-            .collect();
-        v["counters"] = serde_json::Value::Object(map);
+        v["counters"] = counters_json(counters);
     }
     v.to_string()
+}
+
+fn counters_json(counters: &[(Counter, u64)]) -> serde_json::Value {
+    serde_json::Value::Object(
+        counters
+            .iter()
+            .map(|(c, n)| (c.name().to_owned(), serde_json::Value::from(*n)))
+            .collect(),
+    )
+}
+
+fn attach_name(a: Option<AttachMode>) -> &'static str {
+    match a {
+        Some(AttachMode::Tcx) => "tcx",
+        Some(AttachMode::Netlink { .. }) => "tc clsact",
+        None => "none",
+    }
+}
+
+fn rate_text(bits_per_s: u64) -> String {
+    Rate::from_bits_per_s(bits_per_s)
+        .map(|r| r.to_string())
+        .unwrap_or_else(|| format!("{bits_per_s}bit"))
+}
+
+/// The ingress lines of [`render`].
+fn render_ingress(s: &mut String, st: &IfaceStatus) {
+    let Some(i) = &st.record.ingress else {
+        return;
+    };
+    let hook = match i.attach {
+        Some(AttachMode::Tcx) => "tcx".to_owned(),
+        Some(AttachMode::Netlink { priority, handle }) => {
+            format!("tc clsact ingress pref {priority} handle {handle:#x}")
+        }
+        None => "not attached".to_owned(),
+    };
+    let _ = writeln!(
+        s,
+        "  ingress:    police at {} ({hook})",
+        rate_text(i.rate_bits_per_s)
+    );
+    match &st.ingress_counters {
+        Some(counters) => {
+            let get = |c: Counter| counters.iter().find(|(k, _)| *k == c).map_or(0, |x| x.1);
+            let _ = writeln!(
+                s,
+                "    packets {}, ce_marked {}, police_drop {}, police_withheld {}, police_clamped {}",
+                get(Counter::Packets),
+                get(Counter::CeMarked),
+                get(Counter::PoliceDrop),
+                get(Counter::PoliceWithheld),
+                get(Counter::PoliceClamped)
+            );
+        }
+        None => {
+            let _ = writeln!(
+                s,
+                "    counters not visible (pins in another mount namespace or gone)"
+            );
+        }
+    }
 }
 
 /// The rate each backlogged flow gets: the rate divided by the multiplier.
@@ -160,9 +247,7 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
     let mut s = String::new();
     for st in statuses {
         let r = &st.record;
-        let rate = Rate::from_bits_per_s(r.rate_bits_per_s)
-            .map(|r| r.to_string())
-            .unwrap_or_else(|| format!("{}bit", r.rate_bits_per_s));
+        let rate = rate_text(r.rate_bits_per_s);
         let mode = match r.attach {
             Some(AttachMode::Tcx) => "tcx".to_owned(),
             Some(AttachMode::Netlink { priority, handle }) => {
@@ -170,11 +255,12 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
             }
             None => "not attached".to_owned(),
         };
-        let _ = writeln!(
-            s,
-            "{} (ifindex {}): egress shaped at {rate}",
-            r.iface, r.ifindex
-        );
+        let egress = if st.egress() {
+            format!("egress shaped at {rate}")
+        } else {
+            "egress not shaped".to_owned()
+        };
+        let _ = writeln!(s, "{} (ifindex {}): {egress}", r.iface, r.ifindex);
         let _ = writeln!(
             s,
             "  process:    pid {} ({})",
@@ -185,6 +271,10 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
                 "gone: run `shaper cleanup` to restore the interface"
             }
         );
+        render_ingress(&mut s, st);
+        if !st.egress() {
+            continue;
+        }
         let _ = writeln!(s, "  classifier: {mode}");
         let _ = writeln!(
             s,

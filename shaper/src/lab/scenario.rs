@@ -262,7 +262,7 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
     let mut pending_change = scenario.rate_change;
     let sample_every = scenario
         .counter_every
-        .filter(|_| matches!(scenario.state, State::Shaper { .. }));
+        .filter(|_| scenario.state.runs_shaper());
     let mut next_sample = sample_every;
     let end = scenario.timing.total();
     loop {

@@ -65,7 +65,41 @@ pub enum State {
         /// Appended to `shaper run`, e.g. `["--pacer", "aggregate"]`.
         extra_args: Vec<String>,
     },
+    /// Download shaping as sqm-scripts does it: `wan0`'s ingress redirected
+    /// to an IFB (`ifb4wan0`) with CAKE at `rate` in `ingress` mode,
+    /// besteffort.
+    CakeIngress {
+        /// Its bandwidth.
+        rate: Rate,
+    },
+    /// A plain token-bucket policer on `wan0`'s ingress at `rate` (burst:
+    /// [`POLICER_BURST`] at the rate, at least 64 KiB so a GSO packet fits):
+    /// the baseline that handles varying RTTs badly (seed 003).
+    Policer {
+        /// The policed rate.
+        rate: Rate,
+    },
+    /// `shaper run --iface wan0 --ingress-rate R` (download only, the
+    /// policer by default) with `extra_args` appended.
+    ShaperIngress {
+        /// Path of the `shaper` binary.
+        bin: PathBuf,
+        /// `--ingress-rate`.
+        rate: Rate,
+        /// Appended to `shaper run`.
+        extra_args: Vec<String>,
+    },
+    /// Several states at once (e.g. CAKE on egress and on ingress), applied
+    /// in order and torn down in reverse.
+    Stack(Vec<State>),
 }
+
+/// The IFB device that holds the download queue of [`State::CakeIngress`]
+/// (sqm-scripts' name for it).
+pub const INGRESS_IFB: &str = "ifb4wan0";
+
+/// The plain policer's burst, in time at its rate.
+pub const POLICER_BURST: Duration = Duration::from_millis(10);
 
 impl State {
     /// A short description for logs, e.g. `cake 50Mbit`.
@@ -80,6 +114,27 @@ impl State {
             State::Shaper {
                 rate, extra_args, ..
             } => format!("shaper {rate} {}", extra_args.join(" ")),
+            State::CakeIngress { rate } => format!("cake-ingress {rate}"),
+            State::Policer { rate } => format!("policer {rate}"),
+            State::ShaperIngress {
+                rate, extra_args, ..
+            } => format!("shaper-ingress {rate} {}", extra_args.join(" "))
+                .trim_end()
+                .to_owned(),
+            State::Stack(parts) => parts
+                .iter()
+                .map(State::name)
+                .collect::<Vec<_>>()
+                .join(" + "),
+        }
+    }
+
+    /// A `shaper run` process is part of this state.
+    pub fn runs_shaper(&self) -> bool {
+        match self {
+            State::Shaper { .. } | State::ShaperIngress { .. } => true,
+            State::Stack(parts) => parts.iter().any(State::runs_shaper),
+            _ => false,
         }
     }
 
@@ -87,9 +142,13 @@ impl State {
     pub fn rate(&self) -> Option<Rate> {
         match self {
             State::None => None,
-            State::Cake { rate } | State::FqCodel { rate } | State::Shaper { rate, .. } => {
-                Some(*rate)
-            }
+            State::Cake { rate }
+            | State::FqCodel { rate }
+            | State::Shaper { rate, .. }
+            | State::CakeIngress { rate }
+            | State::Policer { rate }
+            | State::ShaperIngress { rate, .. } => Some(*rate),
+            State::Stack(parts) => parts.iter().find_map(State::rate),
         }
     }
 
@@ -131,24 +190,100 @@ impl State {
                 rate,
                 extra_args,
             } => {
-                let mut cmd = tb.command(Host::Router, &bin.display().to_string());
-                cmd.args(["run", "--iface", dev, "--rate", &tc_rate(*rate)])
-                    .args(extra_args);
-                let mut d = Daemon::spawn(&mut cmd, "shaper")?;
-                let status_cmd = |d: &Daemon| -> Result<bool, LabError> {
-                    // Not attached yet may be an error exit; only the text counts.
-                    let out = tb
-                        .command(Host::Router, &bin.display().to_string())
-                        .args(["status", "--iface", dev])
-                        .output()
-                        .map_err(|source| LabError::Spawn {
-                            command: format!("{} status", d.command()),
-                            source,
-                        })?;
-                    Ok(String::from_utf8_lossy(&out.stdout).contains("classifier:"))
-                };
-                d.wait_until("attach", ATTACH_LIMIT, status_cmd)?;
-                shaper = Some(d);
+                let args = ["--rate".to_owned(), tc_rate(*rate)];
+                shaper = Some(spawn_shaper(tb, bin, &args, extra_args, "classifier:")?);
+            }
+            State::ShaperIngress {
+                bin,
+                rate,
+                extra_args,
+            } => {
+                let args = ["--ingress-rate".to_owned(), tc_rate(*rate)];
+                shaper = Some(spawn_shaper(tb, bin, &args, extra_args, "ingress:")?);
+            }
+            State::CakeIngress { rate } => {
+                let router = tb.ns(Host::Router);
+                router.ip(&["link", "add", "name", INGRESS_IFB, "type", "ifb"])?;
+                router.ip(&["link", "set", "dev", INGRESS_IFB, "up"])?;
+                router.tc(&[
+                    "qdisc",
+                    "replace",
+                    "dev",
+                    INGRESS_IFB,
+                    "root",
+                    "cake",
+                    "bandwidth",
+                    &tc_rate(*rate),
+                    "besteffort",
+                    "ingress",
+                ])?;
+                router.tc(&["qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"])?;
+                // u32 matching every packet (as the testbed's upload IFB).
+                router.tc(&[
+                    "filter",
+                    "add",
+                    "dev",
+                    dev,
+                    "parent",
+                    "ffff:",
+                    "protocol",
+                    "all",
+                    "u32",
+                    "match",
+                    "u32",
+                    "0",
+                    "0",
+                    "action",
+                    "mirred",
+                    "egress",
+                    "redirect",
+                    "dev",
+                    INGRESS_IFB,
+                ])?;
+            }
+            State::Policer { rate } => {
+                let router = tb.ns(Host::Router);
+                let burst = policer_burst_bytes(*rate);
+                router.tc(&["qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"])?;
+                router.tc(&[
+                    "filter",
+                    "add",
+                    "dev",
+                    dev,
+                    "parent",
+                    "ffff:",
+                    "protocol",
+                    "all",
+                    "u32",
+                    "match",
+                    "u32",
+                    "0",
+                    "0",
+                    "action",
+                    "police",
+                    "rate",
+                    &tc_rate(*rate),
+                    "burst",
+                    &burst.to_string(),
+                    "mtu",
+                    "65536",
+                    "conform-exceed",
+                    "drop",
+                ])?;
+            }
+            State::Stack(states) => {
+                let mut applied = Vec::new();
+                for st in states {
+                    applied.push(st.apply(tb)?);
+                }
+                info!(state = %self.name(), "applied");
+                return Ok(AppliedState {
+                    tb,
+                    state: self.clone(),
+                    shaper: None,
+                    parts: applied,
+                    stopped: false,
+                });
             }
         }
         info!(state = %self.name(), "applied");
@@ -156,9 +291,48 @@ impl State {
             tb,
             state: self.clone(),
             shaper,
+            parts: Vec::new(),
             stopped: false,
         })
     }
+}
+
+/// Starts `shaper run --iface wan0 <args> <extra>` in the router and waits
+/// until `shaper status` prints `ready` (the hook it attaches is listed).
+fn spawn_shaper(
+    tb: &Testbed,
+    bin: &std::path::Path,
+    args: &[String],
+    extra: &[String],
+    ready: &str,
+) -> Result<Daemon, LabError> {
+    let dev = tb.wan_dev();
+    let mut cmd = tb.command(Host::Router, &bin.display().to_string());
+    cmd.args(["run", "--iface", dev]).args(args).args(extra);
+    let mut d = Daemon::spawn(&mut cmd, "shaper")?;
+    let status_cmd = |d: &Daemon| -> Result<bool, LabError> {
+        // Not attached yet may be an error exit; only the text counts.
+        let out = tb
+            .command(Host::Router, &bin.display().to_string())
+            .args(["status", "--iface", dev])
+            .output()
+            .map_err(|source| LabError::Spawn {
+                command: format!("{} status", d.command()),
+                source,
+            })?;
+        Ok(String::from_utf8_lossy(&out.stdout).contains(ready))
+    };
+    d.wait_until("attach", ATTACH_LIMIT, status_cmd)?;
+    Ok(d)
+}
+
+/// The plain policer's burst in bytes: [`POLICER_BURST`] at `rate`, at
+/// least 64 KiB (a GSO packet larger than the burst would never conform).
+pub fn policer_burst_bytes(rate: Rate) -> u64 {
+    let at_rate =
+        u64::try_from(u128::from(rate.bytes_per_s()) * POLICER_BURST.as_nanos() / 1_000_000_000)
+            .unwrap_or(u64::MAX);
+    at_rate.max(64 * 1024)
 }
 
 /// A rate as tc and shaper both read it, exactly: `<n>bit`.
@@ -223,6 +397,8 @@ pub struct AppliedState<'a> {
     tb: &'a Testbed,
     state: State,
     shaper: Option<Daemon>,
+    /// The parts of a [`State::Stack`], in the order applied.
+    parts: Vec<AppliedState<'a>>,
     stopped: bool,
 }
 
@@ -272,6 +448,25 @@ impl AppliedState<'_> {
                 )?;
                 *rate = new;
             }
+            State::CakeIngress { rate } => {
+                self.tb.ns(Host::Router).tc(&[
+                    "qdisc",
+                    "change",
+                    "dev",
+                    INGRESS_IFB,
+                    "root",
+                    "cake",
+                    "bandwidth",
+                    &tc_rate(new),
+                ])?;
+                *rate = new;
+            }
+            State::Policer { .. } | State::ShaperIngress { .. } | State::Stack(_) => {
+                return Err(LabError::Unsupported {
+                    operation: "set_rate",
+                    state: self.state.name(),
+                });
+            }
         }
         info!(state = %self.state.name(), "rate changed");
         Ok(())
@@ -281,7 +476,10 @@ impl AppliedState<'_> {
     /// from `shaper status --iface wan0 --json`: one JSON object whose
     /// `counters` member maps names to numbers.
     pub fn counters(&self) -> Result<BTreeMap<String, u64>, LabError> {
-        let State::Shaper { bin, .. } = &self.state else {
+        if let Some(part) = self.parts.iter().find(|p| p.shaper.is_some()) {
+            return part.counters();
+        }
+        let (State::Shaper { bin, .. } | State::ShaperIngress { bin, .. }) = &self.state else {
             return Err(LabError::Unsupported {
                 operation: "shaper counters",
                 state: self.state.name(),
@@ -300,7 +498,10 @@ impl AppliedState<'_> {
 
     /// The file `shaper run`'s output goes to (shaper state only).
     pub fn shaper_log(&self) -> Option<PathBuf> {
-        self.shaper.as_ref().map(|d| d.log_path().to_path_buf())
+        self.shaper
+            .as_ref()
+            .map(|d| d.log_path().to_path_buf())
+            .or_else(|| self.parts.iter().find_map(AppliedState::shaper_log))
     }
 
     /// The WAN device's root qdisc statistics.
@@ -326,14 +527,33 @@ impl AppliedState<'_> {
             return Ok(());
         }
         self.stopped = true;
+        let dev = self.tb.wan_dev();
+        let router = self.tb.ns(Host::Router);
         match &self.state {
             State::None => Ok(()),
             State::Cake { .. } | State::FqCodel { .. } => {
-                let dev = self.tb.wan_dev();
-                let router = self.tb.ns(Host::Router);
                 router.tc(&["qdisc", "del", "dev", dev, "root"]).map(drop)
             }
-            State::Shaper { .. } => {
+            State::Policer { .. } => router
+                .tc(&["qdisc", "del", "dev", dev, "handle", "ffff:", "ingress"])
+                .map(drop),
+            State::CakeIngress { .. } => {
+                let q = router.tc(&["qdisc", "del", "dev", dev, "handle", "ffff:", "ingress"]);
+                let l = router.ip(&["link", "del", "dev", INGRESS_IFB]);
+                q.and(l).map(drop)
+            }
+            State::Stack(_) => {
+                // Reverse order; every part is tried, the first error kept.
+                let mut first = Ok(());
+                while let Some(mut part) = self.parts.pop() {
+                    let r = part.teardown();
+                    if first.is_ok() {
+                        first = r;
+                    }
+                }
+                first
+            }
+            State::Shaper { .. } | State::ShaperIngress { .. } => {
                 let Some(mut d) = self.shaper.take() else {
                     return Ok(());
                 };
@@ -368,18 +588,23 @@ fn parse_counters(json: &str) -> Result<BTreeMap<String, u64>, String> {
         Value::Array(a) => a.first().ok_or("an empty JSON array")?,
         other => other,
     };
-    let counters = obj
-        .get("counters")
-        .and_then(Value::as_object)
-        .ok_or("no \"counters\" object")?;
-    let mut out = counters
-        .iter()
-        .map(|(k, v)| {
-            v.as_u64()
-                .map(|n| (k.clone(), n))
-                .ok_or_else(|| format!("counter {k} is not an unsigned integer: {v}"))
-        })
-        .collect::<Result<BTreeMap<_, _>, _>>()?;
+    let egress = obj.get("counters").and_then(Value::as_object);
+    let ingress = obj
+        .get("ingress")
+        .and_then(|i| i.get("counters"))
+        .and_then(Value::as_object);
+    if egress.is_none() && ingress.is_none() {
+        return Err("no \"counters\" object".to_owned());
+    }
+    let mut out = BTreeMap::new();
+    for (prefix, counters) in [("", egress), ("ingress.", ingress)] {
+        for (k, v) in counters.into_iter().flatten() {
+            let n = v
+                .as_u64()
+                .ok_or_else(|| format!("counter {k} is not an unsigned integer: {v}"))?;
+            out.insert(format!("{prefix}{k}"), n);
+        }
+    }
     // The fair pacer's state, when present, as `fair.<name>`.
     if let Some(fair) = obj.get("fair").and_then(Value::as_object) {
         for (k, v) in fair {
@@ -409,6 +634,29 @@ mod tests {
         assert!(parse_counters(r#"{"iface":"wan0"}"#).is_err());
         assert!(parse_counters("classifier: tcx").is_err());
         assert!(parse_counters(r#"{"counters":{"x":-1}}"#).is_err());
+        let i =
+            parse_counters(r#"{"ingress":{"counters":{"police_drop":7}}}"#).expect("ingress only");
+        assert_eq!(i.get("ingress.police_drop"), Some(&7));
+        assert_eq!(i.get("police_drop"), None);
+    }
+
+    #[test]
+    fn policer_burst_is_ten_ms_but_fits_a_gso_packet() {
+        let r: Rate = "100mbit".parse().expect("valid");
+        assert_eq!(policer_burst_bytes(r), 125_000);
+        let r: Rate = "20mbit".parse().expect("valid");
+        assert_eq!(policer_burst_bytes(r), 65_536);
+    }
+
+    #[test]
+    fn a_stack_is_named_by_its_parts() {
+        let r: Rate = "20mbit".parse().expect("valid");
+        let s = State::Stack(vec![
+            State::Cake { rate: r },
+            State::CakeIngress { rate: r },
+        ]);
+        assert_eq!(s.name(), "cake 20Mbit + cake-ingress 20Mbit");
+        assert_eq!(s.rate(), Some(r));
     }
 
     #[test]
