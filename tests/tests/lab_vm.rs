@@ -115,7 +115,13 @@ fn quick_lab_reports_every_state() {
     let report = dir.join("report");
     let t = std::time::Instant::now();
     let out = Command::new(shaper_bin())
-        .args(["lab", "--quick", "--states", "none,cake,shaper", "--report"])
+        .args([
+            "lab",
+            "--quick",
+            "--states",
+            "none,cake,shaper-police",
+            "--report",
+        ])
         .arg(&report)
         .arg("--json")
         .arg(&json)
@@ -138,7 +144,9 @@ fn quick_lab_reports_every_state() {
         "## Bufferbloat grade",
         "## UDP probe during upload",
         "## Verdict",
-        "download is not shaped",
+        "the download rows say which are shaped",
+        "download (server to client, shaped)",
+        "download (server to client, not shaped)",
     ] {
         assert!(md.contains(part), "report lacks {part}: {md}");
     }
@@ -149,7 +157,7 @@ fn quick_lab_reports_every_state() {
     let v: Value =
         serde_json::from_str(&std::fs::read_to_string(&json).expect("json")).expect("valid JSON");
     let rate_mbps = 50.0;
-    for name in ["none", "cake", "shaper"] {
+    for name in ["none", "cake", "shaper-police"] {
         let s = &v["states"][name];
         let num = |k: &str| {
             s[k].as_f64()
@@ -196,7 +204,8 @@ fn quick_lab_reports_every_state() {
         }
     }
     // The access link's 200 ms buffer fills under none; a shaper below the
-    // link's rate keeps it empty. Upload only: download is not shaped.
+    // link's rate keeps it empty, upload and (both states shape ingress)
+    // download.
     let up_bloat = |name: &str| {
         v["states"][name]["upload_bloat_ms"]
             .as_f64()
@@ -207,13 +216,38 @@ fn quick_lab_reports_every_state() {
         "the link's buffer did not show under none: +{} ms",
         up_bloat("none")
     );
-    for name in ["cake", "shaper"] {
+    let down_bloat = |name: &str| {
+        let s = &v["states"][name];
+        let f = |k: &str| {
+            s[k].as_f64()
+                .unwrap_or_else(|| panic!("states.{name}.{k} missing"))
+        };
+        (f("ping_down_loaded_p50_ms") - f("ping_idle_ms")).max(0.0)
+    };
+    assert!(
+        down_bloat("none") >= 50.0,
+        "the link's download buffer did not show under none: +{} ms",
+        down_bloat("none")
+    );
+    for name in ["cake", "shaper-police"] {
         assert!(
             up_bloat(name) <= up_bloat("none") / 4.0,
             "{name}: upload latency +{} ms vs none's +{} ms",
             up_bloat(name),
             up_bloat("none")
         );
+        assert!(
+            down_bloat(name) <= down_bloat("none") / 4.0,
+            "{name}: download latency +{} ms vs none's +{} ms",
+            down_bloat(name),
+            down_bloat("none")
+        );
+        assert_eq!(
+            v["states"][name]["download_shaped"],
+            Value::Bool(true),
+            "{name}"
+        );
     }
+    assert_eq!(v["states"]["none"]["download_shaped"], Value::Bool(false));
     let _ = std::fs::remove_dir_all(&dir);
 }

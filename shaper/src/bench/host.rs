@@ -87,12 +87,13 @@ use aya::{
 };
 use serde::Serialize;
 use shaper_common::{
-    EGRESS_PROGRAM, PASSTHROUGH_PROGRAM,
+    EGRESS_PROGRAM, PASSTHROUGH_PROGRAM, POLICE_PROGRAM,
     config::{DEFAULT_SAMPLE_EVERY, FLAG_TELEMETRY, PacerConfig, sample_threshold},
     counters::Counter,
     fair::FairState,
     flow::{FlowSet, WAYS},
     maps,
+    police::LinkState,
     rate::{MAX_RATE_BYTES_PER_S, MIN_RATE_BYTES_PER_S, ScaledRate},
 };
 use tracing::info;
@@ -253,6 +254,9 @@ pub struct HostReport {
     pub classifier_ns_per_packet: f64,
     /// Passthrough on the same frames and pattern.
     pub passthrough_ns_per_packet: f64,
+    /// The ingress policer on the same mix, overloaded (the virtual link
+    /// behind, signals due): `police_flow_mix_10k`.
+    pub police_ns_per_packet: f64,
     /// The difference: what pacing adds.
     pub pacer_ns_per_packet: f64,
     /// Passthrough on one frame replayed `repeat` times per call.
@@ -269,7 +273,7 @@ pub struct HostReport {
 }
 
 /// Counters that say what happened to a packet.
-const OUTCOMES: [Counter; 7] = [
+const OUTCOMES: [Counter; 10] = [
     Counter::PassedUnpaced,
     Counter::Paced,
     Counter::CeMarked,
@@ -277,6 +281,9 @@ const OUTCOMES: [Counter; 7] = [
     Counter::HorizonDrop,
     Counter::FlowNew,
     Counter::FlowTableFull,
+    Counter::PoliceDrop,
+    Counter::PoliceWithheld,
+    Counter::PoliceClamped,
 ];
 
 type Counts = [u64; Counter::COUNT as usize];
@@ -285,6 +292,7 @@ type Counts = [u64; Counter::COUNT as usize];
 enum Prog {
     Egress,
     Pass,
+    Police,
 }
 
 /// The loaded object and its maps.
@@ -292,6 +300,8 @@ struct Bench {
     _ebpf: Ebpf,
     egress: ProgramFd,
     pass: ProgramFd,
+    police: ProgramFd,
+    police_link: Array<MapData, LinkState>,
     config: Array<MapData, PacerConfig>,
     counters: PerCpuArray<MapData, u64>,
     fair: Array<MapData, FairState>,
@@ -341,6 +351,7 @@ impl Bench {
             })?;
         let egress = load_prog(&mut ebpf, EGRESS_PROGRAM)?;
         let pass = load_prog(&mut ebpf, PASSTHROUGH_PROGRAM)?;
+        let police = load_prog(&mut ebpf, POLICE_PROGRAM)?;
         crate::attach::load_telemetry(&mut ebpf).map_err(|e| BenchError::Load {
             what: "the telemetry program".to_owned(),
             detail: e.to_string(),
@@ -350,9 +361,11 @@ impl Bench {
             counters: take(&mut ebpf, maps::COUNTERS)?,
             fair: take(&mut ebpf, maps::FAIR)?,
             flows: take(&mut ebpf, maps::FLOWS)?,
+            police_link: take(&mut ebpf, maps::POLICE_LINK)?,
             _ebpf: ebpf,
             egress,
             pass,
+            police,
             sets,
         })
     }
@@ -393,6 +406,13 @@ impl Bench {
                 op: "writing",
                 source,
             })?;
+        self.police_link
+            .set(0, LinkState::default(), 0)
+            .map_err(|source| BenchError::Map {
+                map: maps::POLICE_LINK,
+                op: "writing",
+                source,
+            })?;
         for i in 0..self.sets {
             self.flows
                 .set(i, FlowSet::default(), 0)
@@ -426,6 +446,7 @@ impl Bench {
         let (fd, name) = match prog {
             Prog::Egress => (self.egress.as_fd(), EGRESS_PROGRAM),
             Prog::Pass => (self.pass.as_fd(), PASSTHROUGH_PROGRAM),
+            Prog::Police => (self.police.as_fd(), POLICE_PROGRAM),
         };
         let out = run_skb(fd, frame, None, repeat)
             .map_err(|source| BenchError::TestRun { prog: name, source })?;
@@ -680,14 +701,14 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
 
     let rate = MAX_RATE_BYTES_PER_S;
     b.prepare(rate, |_| {})?;
-    let unpaced_mix = flow_mix(&b, &frames, opts, rate, None, mix_pass)?;
+    let unpaced_mix = flow_mix(&b, Prog::Egress, &frames, opts, rate, None, mix_pass)?;
     info!(ns = unpaced_mix.ns_per_packet, "flow mix, unpaced");
     paths.insert("flow_mix_10k_unpaced", unpaced_mix);
 
     let tx_ns = MIX_DELAY_BUDGET_NS / u64::from(opts.mix_repeat);
     let rate = rate_for(len, tx_ns);
     b.prepare(rate, |_| {})?;
-    let mix = flow_mix(&b, &frames, opts, rate, Some(tx_ns), mix_pass)?;
+    let mix = flow_mix(&b, Prog::Egress, &frames, opts, rate, Some(tx_ns), mix_pass)?;
     info!(ns = mix.ns_per_packet, "flow mix, paced");
     // The same with telemetry at its default sampling (`shaper run`'s
     // default): the records fit the ring, so each costs its full write.
@@ -695,9 +716,30 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         c.flags |= FLAG_TELEMETRY;
         c.sample_threshold = sample_threshold(DEFAULT_SAMPLE_EVERY);
     })?;
-    let tel = flow_mix(&b, &frames, opts, rate, Some(tx_ns), mix_pass)?;
+    let tel = flow_mix(&b, Prog::Egress, &frames, opts, rate, Some(tx_ns), mix_pass)?;
     info!(ns = tel.ns_per_packet, "flow mix, paced, with telemetry");
     paths.insert("flow_mix_10k_telemetry", tel);
+    // The ingress policer on the same mix: at 1 Tbit/s (every flow and the
+    // virtual link idle: the pass path), and at the paced mix's rate, where
+    // the virtual link runs behind and its CoDel signals flows (drops, and
+    // the one-in-four cap holding signals back).
+    b.prepare(MAX_RATE_BYTES_PER_S, |_| {})?;
+    let police_idle = flow_mix(
+        &b,
+        Prog::Police,
+        &frames,
+        opts,
+        MAX_RATE_BYTES_PER_S,
+        None,
+        mix_pass,
+    )?;
+    info!(ns = police_idle.ns_per_packet, "flow mix, policer, idle");
+    paths.insert("police_flow_mix_10k_unpaced", police_idle);
+    b.prepare(rate, |_| {})?;
+    let police = flow_mix(&b, Prog::Police, &frames, opts, rate, Some(tx_ns), mix_pass)?;
+    info!(ns = police.ns_per_packet, "flow mix, policer, overloaded");
+    let police_ns = police.ns_per_packet;
+    paths.insert("police_flow_mix_10k", police);
     let report = HostReport {
         kernel_release: checks::kernel_release(),
         cpu_model: cpu_model(),
@@ -706,6 +748,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         classifier_ns_per_packet: mix.ns_per_packet,
         passthrough_ns_per_packet: mix_pass,
         pacer_ns_per_packet: mix.ns_per_packet - mix_pass,
+        police_ns_per_packet: police_ns,
         passthrough_hot_ns_per_packet: passthrough_hot,
         verdict_fractions: mix.verdicts.clone(),
         paths: {
@@ -740,6 +783,7 @@ fn mix_passthrough(b: &Bench, frames: &[Vec<u8>], opts: &HostOptions) -> Result<
 /// (see the module header); without, every call is measured.
 fn flow_mix(
     b: &Bench,
+    prog: Prog,
     frames: &[Vec<u8>],
     opts: &HostOptions,
     rate_bytes_per_s: u64,
@@ -748,7 +792,7 @@ fn flow_mix(
 ) -> Result<PathResult, BenchError> {
     let t = Instant::now();
     for f in frames {
-        b.call(Prog::Egress, f, 1)?;
+        b.call(prog, f, 1)?;
     }
     let call_ns = (t.elapsed().as_nanos() / frames.len().max(1) as u128).max(1);
     let chunk = match prime_tx_ns {
@@ -768,12 +812,12 @@ fn flow_mix(
         for group in frames.chunks(chunk) {
             if prime_tx_ns.is_some() {
                 for f in group {
-                    b.call(Prog::Egress, f, 1)?;
+                    b.call(prog, f, 1)?;
                 }
             }
             let before = b.counts()?;
             for f in group {
-                ns += b.call(Prog::Egress, f, r)?;
+                ns += b.call(prog, f, r)?;
             }
             let after = b.counts()?;
             m.add_delta(&before, &after);

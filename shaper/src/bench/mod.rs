@@ -17,10 +17,13 @@
 //! JSON keys (top level): `schema`, `units`, the host part's fields
 //! (`classifier_ns_per_packet`, `passthrough_ns_per_packet`,
 //! `pacer_ns_per_packet`, `passthrough_hot_ns_per_packet`,
-//! `verdict_fractions`, `paths.{unpaced, paced, aqm_drop, horizon_drop,
-//! flow_mix_10k, flow_mix_10k_unpaced}`, `kernel_release`, ...), and `vm`
-//! (`shaper`, `cake`, `aggregate`, each with `goodput_ratio`, `ping_p50_ms`,
-//! `ping_p99_ms`, `softirq_cpu_per_mbit`), or null.
+//! `police_ns_per_packet` (the ingress policer), `verdict_fractions`,
+//! `paths.{unpaced, paced, aqm_drop, horizon_drop, flow_mix_10k,
+//! flow_mix_10k_unpaced, police_flow_mix_10k, police_flow_mix_10k_unpaced}`,
+//! `kernel_release`, ...), and `vm`
+//! (`shaper`, `cake`, `aggregate`, and `ingress.{police, cake_ingress}` for
+//! the download, each with `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`,
+//! `softirq_cpu_per_mbit`), or null.
 //!
 //! Non-goals: pass/fail thresholds (the tests assert; this reports), and
 //! history or comparison between runs.
@@ -74,6 +77,9 @@ pub struct BenchArgs {
     /// Lab part: skip the aggregate pacer.
     #[arg(long)]
     pub no_aggregate: bool,
+    /// Lab part: skip the download (ingress) states.
+    #[arg(long)]
+    pub no_ingress: bool,
     /// Run only the telemetry scale part (the host part runs it in a child
     /// process of its own, so its RSS is the controller's alone).
     #[arg(long, conflicts_with_all = ["vm_part", "merge_vm"])]
@@ -112,6 +118,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             streams: 4,
             duration: args.duration,
             aggregate: !args.no_aggregate,
+            ingress: !args.no_ingress,
         };
         let report = vm::run(&opts).context("the lab part failed")?;
         let doc = serde_json::to_value(&report)?;
@@ -256,6 +263,10 @@ fn host_table(doc: &Value) -> String {
         num(doc, "pacer_ns_per_packet")
     ));
     s.push_str(&format!(
+        "  ingress policer (10k-flow mix, overloaded) {:>7} ns/pkt\n",
+        num(doc, "police_ns_per_packet")
+    ));
+    s.push_str(&format!(
         "  {:<22} {:>8} {:>8} {:>8} {:>6} {:>8} {:>9} {:>8}\n",
         "path", "ns/pkt", "min", "pass", "flows", "repeat", "intended", "fraction"
     ));
@@ -309,6 +320,24 @@ fn vm_table(vm: &Value) -> String {
             num(st, "ping_p99_ms"),
             cpu
         ));
+    }
+    if let Some(ing) = vm.get("ingress").filter(|v| !v.is_null()) {
+        s.push_str("  download, shaped at the WAN ingress:\n");
+        for name in ["police", "cake_ingress"] {
+            let Some(st) = ing.get(name) else { continue };
+            let cpu = st
+                .get("softirq_cpu_per_mbit")
+                .and_then(Value::as_f64)
+                .map_or("-".to_owned(), |x| format!("{x:.3}"));
+            s.push_str(&format!(
+                "  {:<12} {:>8} {:>9} {:>9} {:>14}\n",
+                name,
+                frac(st, "goodput_ratio"),
+                num(st, "ping_p50_ms"),
+                num(st, "ping_p99_ms"),
+                cpu
+            ));
+        }
     }
     for w in vm
         .get("warnings")

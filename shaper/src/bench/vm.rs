@@ -21,6 +21,13 @@
 //! milliseconds; CPU shares as fractions (0..=1 of all CPUs) unless named
 //! `per_mbit`.
 //!
+//! Download (`ingress`): the same 4 streams from the server to the client,
+//! with the router shaping its WAN *ingress* at the rate: the shaper's AQM
+//! policer (`shaper run --ingress-rate`, `police` mode) and CAKE in
+//! `ingress` mode on an IFB (sqm-scripts' setup). The baseline is the same
+//! download paced by iperf3 to the state's goodput. The shaper's `ifb` mode
+//! is not built yet, so it has no row.
+//!
 //! Non-goals: repetitions, fairness between unequal flows (the lab's tests
 //! cover that), GSO-off runs.
 
@@ -56,6 +63,8 @@ pub struct VmOptions {
     pub duration: Duration,
     /// Also run the aggregate pacer.
     pub aggregate: bool,
+    /// Also run the download states (ingress shaping).
+    pub ingress: bool,
 }
 
 /// One state's figures.
@@ -86,6 +95,15 @@ pub struct StateResult {
     pub counters: Option<BTreeMap<String, u64>>,
 }
 
+/// The download states.
+#[derive(Clone, Debug, Serialize)]
+pub struct IngressResult {
+    /// The shaper's AQM policer (`--ingress-mode police`).
+    pub police: StateResult,
+    /// CAKE in `ingress` mode on an IFB.
+    pub cake_ingress: StateResult,
+}
+
 /// Everything the lab part measures.
 #[derive(Clone, Debug, Serialize)]
 pub struct VmReport {
@@ -109,6 +127,8 @@ pub struct VmReport {
     pub cake: StateResult,
     /// The aggregate pacer, if run.
     pub aggregate: Option<StateResult>,
+    /// Download shaped at the WAN ingress, if run.
+    pub ingress: Option<IngressResult>,
     /// Wall time of the lab part, s.
     pub wall_s: f64,
     /// Signs that the figures are not trustworthy (e.g. a CPU-starved guest).
@@ -129,15 +149,29 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
         extra_args: Vec::new(),
     };
     let cake = State::Cake { rate: opts.rate };
-    let shaper = measure(&tb, opts, shaper, timing)?;
-    let cake = measure(&tb, opts, cake, timing)?;
+    let shaper = measure(&tb, opts, shaper, timing, false)?;
+    let cake = measure(&tb, opts, cake, timing, false)?;
     let aggregate = if opts.aggregate {
         let state = State::Shaper {
             bin: opts.bin.clone(),
             rate: opts.rate,
             extra_args: vec!["--pacer".to_owned(), "aggregate".to_owned()],
         };
-        Some(measure(&tb, opts, state, timing)?)
+        Some(measure(&tb, opts, state, timing, false)?)
+    } else {
+        None
+    };
+    let ingress = if opts.ingress {
+        let police = State::ShaperIngress {
+            bin: opts.bin.clone(),
+            rate: opts.rate,
+            extra_args: Vec::new(),
+        };
+        let cake_ingress = State::CakeIngress { rate: opts.rate };
+        Some(IngressResult {
+            police: measure(&tb, opts, police, timing, true)?,
+            cake_ingress: measure(&tb, opts, cake_ingress, timing, true)?,
+        })
     } else {
         None
     };
@@ -157,6 +191,7 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
         shaper,
         cake,
         aggregate,
+        ingress,
         wall_s: started.elapsed().as_secs_f64(),
         warnings,
     })
@@ -180,21 +215,26 @@ fn warnings(cake: &StateResult) -> Vec<String> {
     w
 }
 
-/// Runs `state`, then the unshaped baseline paced to its goodput.
+/// Runs `state`, then the unshaped baseline paced to its goodput; upload,
+/// or download when `download`.
 fn measure(
     tb: &Testbed,
     opts: &VmOptions,
     state: State,
     timing: Timing,
+    download: bool,
 ) -> Result<StateResult, LabError> {
-    let flows = vec![FlowSpec::tcp(Host::Client, opts.streams)];
+    let dir = |f: FlowSpec| if download { f.reversed() } else { f };
+    let flows = vec![dir(FlowSpec::tcp(Host::Client, opts.streams))];
     let shaped = run_scenario(
         tb,
         &Scenario::new(state, flows, timing).with_ping(Host::Client),
     )?;
     let per_stream = (shaped.total_bps / f64::from(opts.streams.max(1))) as u64;
     let per_stream = Rate::from_bits_per_s(per_stream).unwrap_or(Rate::MIN);
-    let paced = vec![FlowSpec::tcp(Host::Client, opts.streams).with_bitrate(per_stream)];
+    let paced = vec![dir(
+        FlowSpec::tcp(Host::Client, opts.streams).with_bitrate(per_stream)
+    )];
     let baseline = run_scenario(
         tb,
         &Scenario::new(State::None, paced, timing).with_ping(Host::Client),

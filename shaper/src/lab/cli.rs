@@ -41,9 +41,10 @@ pub struct LabArgs {
     /// Measured seconds of load per direction (default 30, or 5 with --quick).
     #[arg(long, value_name = "S", value_parser = crate::trace::parse_trace_duration)]
     pub duration: Option<Duration>,
-    /// States to compare, in order, comma-separated: none, cake, fq_codel,
-    /// shaper.
-    #[arg(long, value_name = "LIST", default_value = "none,cake,fq_codel,shaper", value_parser = parse_states)]
+    /// States to compare, in order, comma-separated: none, cake (egress
+    /// and, on an IFB, ingress), fq_codel (egress), shaper (egress),
+    /// shaper-police (egress, and the AQM policer on ingress).
+    #[arg(long, value_name = "LIST", default_value = "none,cake,fq_codel,shaper,shaper-police", value_parser = parse_states)]
     pub states: StateList,
     /// Write every raw sample and the per-state summary here as JSON.
     #[arg(long, value_name = "FILE")]
@@ -69,8 +70,11 @@ pub enum StateKind {
     Cake,
     /// HTB + fq_codel.
     FqCodel,
-    /// This project's `shaper run`.
+    /// This project's `shaper run`, egress only.
     Shaper,
+    /// `shaper run` on egress and the AQM policer on ingress
+    /// (`--ingress-rate`, `police` mode).
+    ShaperPolice,
 }
 
 impl StateKind {
@@ -81,14 +85,21 @@ impl StateKind {
             StateKind::Cake => "cake",
             StateKind::FqCodel => "fq_codel",
             StateKind::Shaper => "shaper",
+            StateKind::ShaperPolice => "shaper-police",
         }
     }
 
-    const ALL: [StateKind; 4] = [
+    /// The state shapes the download too (at the router's WAN ingress).
+    pub fn shapes_download(self) -> bool {
+        matches!(self, StateKind::Cake | StateKind::ShaperPolice)
+    }
+
+    const ALL: [StateKind; 5] = [
         StateKind::None,
         StateKind::Cake,
         StateKind::FqCodel,
         StateKind::Shaper,
+        StateKind::ShaperPolice,
     ];
 }
 
@@ -107,6 +118,13 @@ pub fn parse_states(s: &str) -> Result<StateList, String> {
     };
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim) {
+        if part == "shaper-ifb" {
+            return Err(
+                "state 'shaper-ifb' is not available yet (ingress shaping through an \
+                        IFB is still to be built): use shaper-police"
+                    .to_owned(),
+            );
+        }
         let Some(kind) = StateKind::ALL.iter().find(|k| k.name() == part) else {
             return Err(format!(
                 "unknown state '{part}': give a comma-separated list of {}",
@@ -324,7 +342,7 @@ impl LabConfig {
                 StateKind::None => &[],
                 StateKind::Cake => &["cake"],
                 StateKind::FqCodel => &["htb", "fq_codel"],
-                StateKind::Shaper => &["fq"],
+                StateKind::Shaper | StateKind::ShaperPolice => &["fq"],
             };
             for kind in kinds {
                 out.push((*kind, format!("state {}", k.name())));
@@ -337,12 +355,23 @@ impl LabConfig {
     pub fn state(&self, kind: StateKind) -> super::State {
         match kind {
             StateKind::None => super::State::None,
-            StateKind::Cake => super::State::Cake { rate: self.rate },
+            StateKind::Cake => super::State::Stack(vec![
+                super::State::Cake { rate: self.rate },
+                super::State::CakeIngress { rate: self.rate },
+            ]),
             StateKind::FqCodel => super::State::FqCodel { rate: self.rate },
             StateKind::Shaper => super::State::Shaper {
                 bin: self.shaper_bin.clone(),
                 rate: self.rate,
                 extra_args: Vec::new(),
+            },
+            StateKind::ShaperPolice => super::State::Shaper {
+                bin: self.shaper_bin.clone(),
+                rate: self.rate,
+                extra_args: vec![
+                    "--ingress-rate".to_owned(),
+                    super::state::tc_rate(self.rate),
+                ],
             },
         }
     }

@@ -86,9 +86,11 @@ pub struct Summary {
     pub bloat_ms: f64,
     /// [`grade`] of `bloat_ms`.
     pub grade: &'static str,
-    /// Latency increase under upload load only: what the states on the
-    /// WAN egress act on while download is not shaped.
+    /// Latency increase under upload load only: what every state acts on
+    /// (some do not shape the download).
     pub upload_bloat_ms: f64,
+    /// The state shapes the download too.
+    pub download_shaped: bool,
     /// [`grade`] of `upload_bloat_ms`.
     pub upload_grade: &'static str,
 }
@@ -146,6 +148,7 @@ impl Summary {
             grade: grade(bloat_ms),
             upload_bloat_ms,
             upload_grade: grade(upload_bloat_ms),
+            download_shaped: s.download_shaped,
         }
     }
 
@@ -173,6 +176,7 @@ impl Summary {
             "bloat_ms": self.bloat_ms,
             "grade": self.grade,
             "upload_bloat_ms": self.upload_bloat_ms,
+            "download_shaped": self.download_shaped,
             "upload_grade": self.upload_grade,
         })
     }
@@ -247,7 +251,7 @@ pub fn to_json(lab: &LabRun) -> Value {
         },
         "kernel": lab.kernel,
         "elapsed_s": lab.elapsed_s,
-        "download_shaped": false,
+        "download_shaped": lab.states.iter().any(|s| s.download_shaped),
         "states": states,
         "raw": raw,
     })
@@ -358,8 +362,9 @@ pub fn markdown(lab: &LabRun) -> String {
     let _ = writeln!(
         m,
         "Kernel {}; {} s of load per direction after {} s omitted, {} streams; {:.0} s in all. \
-         {} The state is on the router's WAN egress only: **download is not shaped** (no \
-         ingress shaping yet), so download rows show the unshaped path for every state. \
+         {} Every state acts on the router's WAN egress; `cake` (CAKE in ingress mode on an \
+         IFB, as sqm-scripts does) and `shaper-police` (the AQM policer) also shape the \
+         download at the WAN ingress, and the download rows say which are shaped. \
          CPU is the whole machine's (the namespaces share it, traffic generators included).\n",
         lab.kernel,
         c.duration.as_secs(),
@@ -387,8 +392,16 @@ pub fn markdown(lab: &LabRun) -> String {
         );
         let _ = writeln!(
             m,
-            "| {} | download (server to client, not shaped) | {:.3} | {:.3} | {} |",
-            s.name, s.down_mbps, s.down_sender_mbps, s.down_retransmits
+            "| {} | download (server to client, {}) | {:.3} | {:.3} | {} |",
+            s.name,
+            if s.download_shaped {
+                "shaped"
+            } else {
+                "not shaped"
+            },
+            s.down_mbps,
+            s.down_sender_mbps,
+            s.down_retransmits
         );
     }
     m.push_str("\n## Ping idle and loaded\n\n| State | Phase | Avg_ms | p50_ms | p99_ms |\n|---|---|---:|---:|---:|\n");
@@ -520,6 +533,7 @@ mod tests {
             grade: grade(p50 - 20.0),
             upload_bloat_ms: p50 - 20.0,
             upload_grade: grade(p50 - 20.0),
+            download_shaped: false,
         }
     }
 

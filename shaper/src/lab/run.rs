@@ -110,8 +110,10 @@ pub struct StateRun {
     pub idle_after_ms: Vec<f64>,
     /// Upload.
     pub up: LoadPhase,
-    /// Download (not shaped).
+    /// Download (shaped only when `download_shaped`).
     pub down: LoadPhase,
+    /// The state shapes the download too (at the WAN ingress).
+    pub download_shaped: bool,
     /// The staircase.
     pub staircase: Vec<StairStep>,
     /// The staircase's streams' reports, the first stream first.
@@ -313,7 +315,12 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
     let up = load_phase(tb, c, false)?;
     check_interrupt()?;
     progress(&format!(
-        "{tag}: download (not shaped: no ingress yet), {} streams, {} s",
+        "{tag}: download ({}), {} streams, {} s",
+        if kind.shapes_download() {
+            "shaped at the WAN ingress"
+        } else {
+            "not shaped by this state"
+        },
         c.streams,
         c.duration.as_secs()
     ));
@@ -340,6 +347,7 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
         idle_after_ms,
         up,
         down,
+        download_shaped: kind.shapes_download(),
         staircase,
         staircase_flows,
         cpu,
