@@ -24,6 +24,14 @@ pub const FLAG_ECN: u32 = 1 << 3;
 /// Flag: send telemetry events (`crate::event`): every drop, mark, flow
 /// start and end, plus the packets the 1-in-N draw picks.
 pub const FLAG_TELEMETRY: u32 = 1 << 4;
+/// Flag: the pacer runs on an IFB fed from an interface's ingress
+/// (`--ingress-mode ifb`). `skb->tstamp` is then never read as a departure
+/// time (at ingress it may hold the receive time, CLOCK_REALTIME), and
+/// stamps are written with `bpf_skb_set_tstamp(.., BPF_SKB_TSTAMP_DELIVERY_MONO)`
+/// so the stack knows them for delivery times when the packet goes on to
+/// be forwarded or delivered locally (Linux 5.18, Martin KaFai Lau's
+/// "Preserve mono delivery time (EDT) in skb->tstamp" series).
+pub const FLAG_DELIVERY_MONO: u32 = 1 << 5;
 
 /// Default telemetry sampling: 1 packet in this many, besides every drop
 /// and mark. At 1 Gbit/s of full-size frames that is about 1,300 events a

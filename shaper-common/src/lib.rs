@@ -46,6 +46,9 @@ pub mod maps {
     /// `Array<LinkState>` with one entry: the ingress policer's virtual
     /// link ([`crate::police::LinkState`]).
     pub const POLICE_LINK: &str = "SHAPER_POLICE_LINK";
+    /// `Array<u32>` with one entry: the ifindex `shaper_redirect` sends
+    /// every packet to (the IFB of `--ingress-mode ifb`); 0 passes.
+    pub const REDIRECT: &str = "SHAPER_REDIRECT";
 }
 
 /// Name of the telemetry program the classifier tail-calls.
@@ -59,6 +62,9 @@ pub const EGRESS_PROGRAM: &str = "shaper_egress";
 
 /// Name of the ingress policer program (`police` mode) in the object file.
 pub const POLICE_PROGRAM: &str = "shaper_police";
+
+/// Name of the ingress program that redirects to the IFB (`ifb` mode).
+pub const REDIRECT_PROGRAM: &str = "shaper_redirect";
 
 /// Name of a classifier that only passes packets, the benchmark's baseline.
 pub const PASSTHROUGH_PROGRAM: &str = "shaper_passthrough";

@@ -18,9 +18,13 @@
 //! compare-and-swap). The aggregate clock is read and written without a
 //! lock, as Cilium's is; a race costs at most one packet of burst.
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext};
+use aya_ebpf::{
+    helpers::{bpf_ktime_get_ns, bpf_skb_set_tstamp},
+    macros::classifier,
+    programs::TcContext,
+};
 use shaper_common::{
-    config::{FLAG_TELEMETRY, PacerConfig},
+    config::{FLAG_DELIVERY_MONO, FLAG_TELEMETRY, PacerConfig},
     counters::Counter,
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
@@ -82,8 +86,13 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     let tx_time_ns = config.scaled_rate().tx_time_ns(wire_len);
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now_ns = unsafe { bpf_ktime_get_ns() };
-    // SAFETY: reading a field of the __sk_buff the kernel passed in.
-    let skb_tstamp_ns = unsafe { (*ctx.skb.skb).tstamp };
+    // On an IFB fed from ingress the stamp is never a departure time.
+    let skb_tstamp_ns = if config.flags & FLAG_DELIVERY_MONO != 0 {
+        0
+    } else {
+        // SAFETY: reading a field of the __sk_buff the kernel passed in.
+        unsafe { (*ctx.skb.skb).tstamp }
+    };
     if config.fair() {
         fair(ctx, config, class, now_ns, skb_tstamp_ns, tx_time_ns)
     } else {
@@ -168,11 +177,12 @@ fn fair(
     let clock_delay_ns = flow.t_next_ns.saturating_sub(now_ns);
     let (code, delay_ns, action) = match verdict {
         Verdict::Pass => {
+            stamp_now_if_mono(ctx, config, now_ns);
             count(Counter::PassedUnpaced, 1);
             (VERDICT_PASS, 0, TC_ACT_UNSPEC)
         }
         Verdict::Pace { tstamp_ns } => {
-            set_tstamp(ctx, tstamp_ns);
+            set_tstamp(ctx, config, tstamp_ns);
             count(Counter::Paced, 1);
             (
                 VERDICT_PACED,
@@ -184,7 +194,7 @@ fn fair(
             if ecn.present {
                 mark_ce(ctx, ecn);
             }
-            set_tstamp(ctx, tstamp_ns);
+            set_tstamp(ctx, config, tstamp_ns);
             count(Counter::CeMarked, 1);
             count(Counter::Paced, 1);
             (VERDICT_CE, tstamp_ns.saturating_sub(now_ns), TC_ACT_UNSPEC)
@@ -272,12 +282,36 @@ pub(crate) unsafe fn roll_epoch(state: *mut shaper_common::fair::FairState, epoc
     m
 }
 
-/// Writes the departure time (monotonic ns) sch_fq enforces.
+/// Writes the departure time (monotonic ns) sch_fq enforces; on an IFB
+/// fed from ingress (`FLAG_DELIVERY_MONO`) through `bpf_skb_set_tstamp`,
+/// which also marks it a mono delivery time.
 #[inline(always)]
-fn set_tstamp(ctx: &TcContext, tstamp_ns: u64) {
+fn set_tstamp(ctx: &TcContext, config: &PacerConfig, tstamp_ns: u64) {
+    if config.flags & FLAG_DELIVERY_MONO != 0 {
+        // SAFETY: the helper takes the context the kernel passed in; a
+        // failure (an old kernel) leaves the stamp unset and the packet
+        // unpaced.
+        unsafe {
+            bpf_skb_set_tstamp(ctx.skb.skb, tstamp_ns, BPF_SKB_TSTAMP_DELIVERY_MONO);
+        }
+        return;
+    }
     // SAFETY: the skb is ours to stamp at egress.
     unsafe { (*ctx.skb.skb).tstamp = tstamp_ns };
 }
+
+/// On an IFB fed from ingress, stamps a packet that leaves at once with
+/// `now_ns`: should a receive time (CLOCK_REALTIME) have survived the
+/// redirect, sch_fq would read it as a departure decades ahead and drop it.
+#[inline(always)]
+fn stamp_now_if_mono(ctx: &TcContext, config: &PacerConfig, now_ns: u64) {
+    if config.flags & FLAG_DELIVERY_MONO != 0 {
+        set_tstamp(ctx, config, now_ns);
+    }
+}
+
+/// `BPF_SKB_TSTAMP_DELIVERY_MONO` in `include/uapi/linux/bpf.h`.
+const BPF_SKB_TSTAMP_DELIVERY_MONO: u32 = 1;
 
 /// Sets the ECN field to CE (RFC 3168), fixing the IPv4 header checksum.
 /// Best effort: a failed write leaves the packet as it was.
@@ -333,6 +367,7 @@ fn aggregate(
     );
     let (code, delay_ns, action) = match decision {
         EdtDecision::Pass => {
+            stamp_now_if_mono(ctx, config, now_ns);
             // SAFETY: as for the read above.
             unsafe { core::ptr::write_volatile(&mut (*state).t_next_free_ns, clock) };
             count(Counter::PassedUnpaced, 1);
@@ -341,7 +376,7 @@ fn aggregate(
         EdtDecision::Pace { tstamp_ns } => {
             // SAFETY: as for the read above.
             unsafe { core::ptr::write_volatile(&mut (*state).t_next_free_ns, clock) };
-            set_tstamp(ctx, tstamp_ns);
+            set_tstamp(ctx, config, tstamp_ns);
             count(Counter::Paced, 1);
             (
                 VERDICT_PACED,

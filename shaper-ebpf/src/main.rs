@@ -24,6 +24,8 @@ mod parse;
 #[cfg(target_arch = "bpf")]
 mod police;
 #[cfg(target_arch = "bpf")]
+mod redirect;
+#[cfg(target_arch = "bpf")]
 mod telemetry;
 #[cfg(target_arch = "bpf")]
 mod trace;

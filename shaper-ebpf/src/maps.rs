@@ -59,6 +59,11 @@ pub static JUMP: ProgramArray = ProgramArray::with_max_entries(1, 0);
 #[map(name = "SHAPER_POLICE_LINK")]
 pub static POLICE_LINK: Array<LinkState> = Array::with_max_entries(1, 0);
 
+/// Where `shaper_redirect` sends packets (an ifindex; 0: nowhere). One
+/// entry.
+#[map(name = "SHAPER_REDIRECT")]
+pub static REDIRECT: Array<u32> = Array::with_max_entries(1, 0);
+
 /// Adds `n` to counter `c` on this CPU.
 #[inline(always)]
 pub fn count(c: Counter, n: u64) {

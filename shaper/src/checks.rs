@@ -66,8 +66,8 @@ pub enum CheckError {
          `modprobe sch_fq`; on OpenWrt install the package kmod-sched. Nothing was changed. \
          To try the shaper on a machine without it, run it in the project's VM, which boots a \
          stock Debian kernel: `cargo xtask vm -- target/release/shaper run --iface {iface} \
-         --rate {rate}` (with {iface} created in the VM, e.g. a veth in a namespace); the lab, \
-         which will compare it with CAKE there, is not built yet"
+         --rate {rate}` (with {iface} created in the VM, e.g. a veth in a namespace). \
+         Download shaping with `--ingress-mode police` needs no sch_fq"
     )]
     NoSchFq {
         /// `uname -r`.

@@ -109,7 +109,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
     pub ingress_rate: Option<Rate>,
     /// How to shape ingress: `police` (the AQM policer at the ingress hook:
-    /// no queue, no IFB, no sch_fq) or `ifb` (not built yet).
+    /// no queue, no IFB, no sch_fq) or `ifb` (redirect to the IFB
+    /// `ifb4<IF>`, shaped by sch_fq and the fair pacer; needs sch_fq).
     #[arg(
         long,
         value_enum,

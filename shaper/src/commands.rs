@@ -98,18 +98,6 @@ fn check_not_shaped(link: &Link, paths: &Paths) -> Result<()> {
     Ok(())
 }
 
-/// Why `shaper run` refused an ingress request before changing anything.
-#[derive(Debug, thiserror::Error)]
-pub enum IngressUsage {
-    /// `--ingress-mode ifb` is accepted by the parser but not built.
-    #[error(
-        "--ingress-mode ifb is not available yet: ingress shaping through an IFB device is \
-         still to be built. Use --ingress-mode police (the default), which needs no IFB and no \
-         sch_fq"
-    )]
-    IfbNotBuilt,
-}
-
 /// `shaper run`.
 pub fn run(args: RunArgs) -> Result<()> {
     let pacer = args.pacer_args();
@@ -123,9 +111,6 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     let ingress = match args.ingress_rate {
         Some(rate) => {
-            if args.ingress_mode == IngressMode::Ifb {
-                return Err(IngressUsage::IfbNotBuilt.into());
-            }
             let mut c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
             c.sample_every = None;
             Some(c)
@@ -138,7 +123,12 @@ pub fn run(args: RunArgs) -> Result<()> {
     let netns = state::current_netns()?;
     let paths = Roots::default().paths(&link.name, netns);
     check_not_shaped(&link, &paths)?;
-    check_kernel(egress.as_ref())?;
+    let needs_fq = match (&egress, &ingress) {
+        (Some(c), _) => Some(c),
+        (None, Some(c)) if args.ingress_mode == IngressMode::Ifb => Some(c),
+        _ => None,
+    };
+    check_kernel(needs_fq)?;
     if link.oper_state == "down" || link.oper_state == "lowerlayerdown" {
         warn!(iface = %link.name, state = %link.oper_state, "the interface has no carrier; shaping anyway");
     }
@@ -163,7 +153,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         let policer = match &ingress {
             Some(config) => {
                 let record = shaped.as_ref().map(|s| s.record.clone());
-                match ingress::attach(config, &link, &paths, record) {
+                match ingress::attach(config, args.ingress_mode, &link, &paths, record) {
                     Ok((ebpf, record)) => {
                         guard.armed = Some((record, paths.clone()));
                         Some(ebpf)
@@ -190,7 +180,14 @@ pub fn run(args: RunArgs) -> Result<()> {
             what.push(format!("egress at {}", c.rate));
         }
         if let Some(c) = &ingress {
-            what.push(format!("ingress at {} (police)", c.rate));
+            what.push(match args.ingress_mode {
+                IngressMode::Police => format!("ingress at {} (police)", c.rate),
+                IngressMode::Ifb => format!(
+                    "ingress at {} (ifb: through {})",
+                    c.rate,
+                    crate::ifb::name_for(&link.name)
+                ),
+            });
         }
         say(format!(
             "shaper: shaping {} {} (pid {}); Ctrl-C or SIGTERM stops and restores it",
@@ -224,7 +221,10 @@ pub fn run(args: RunArgs) -> Result<()> {
             Some(p) => Some(p.stop().await),
             None => None,
         };
-        let police_counts = policer.as_ref().map(ingress::counters);
+        let police_counts = policer
+            .as_ref()
+            .filter(|_| args.ingress_mode == IngressMode::Police)
+            .map(|p| ingress::counters(&p.ebpf));
         drop(shaped);
         drop(policer);
         guard.undo_now()?;

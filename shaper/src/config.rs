@@ -46,6 +46,9 @@ pub struct RunConfig {
     /// Telemetry sampling (1 packet in N, besides every drop and mark; 0:
     /// those only); `None`: no telemetry records at all.
     pub sample_every: Option<u32>,
+    /// The interface is an IFB fed from another's ingress (`ifb` mode):
+    /// the pacer sets `FLAG_DELIVERY_MONO`.
+    pub from_ingress: bool,
 }
 
 impl RunConfig {
@@ -74,6 +77,7 @@ impl RunConfig {
             horizon,
             pacer,
             sample_every: None,
+            from_ingress: false,
         })
     }
 
@@ -133,6 +137,9 @@ impl RunConfig {
         if let Some(n) = self.sample_every {
             c.flags |= FLAG_TELEMETRY;
             c.sample_threshold = sample_threshold(n);
+        }
+        if self.from_ingress {
+            c.flags |= shaper_common::config::FLAG_DELIVERY_MONO;
         }
         c
     }

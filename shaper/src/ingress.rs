@@ -7,28 +7,36 @@
 //! second copy of the BPF object with its own maps (flow table, fair share,
 //! virtual link), so the egress pacer and the policer never share state.
 //!
+//! `ifb` mode creates the IFB `ifb4<iface>` ([`crate::ifb`]), shapes its
+//! egress exactly as `shaper run` shapes an interface (sch_fq as root and
+//! the fair pacer, through `attach::attach`, with a state record and pins
+//! of the IFB's own) with `FLAG_DELIVERY_MONO` set, and attaches
+//! `shaper_redirect` at the interface's ingress to send every packet there.
+//!
 //! Attach, after the egress steps (`attach::attach`) if any, each step
 //! recorded before it is taken:
-//! 1. load the object and the policer, fill its configuration;
-//! 2. record the ingress rate (creating the state record when there is no
-//!    egress shaping);
-//! 3. on kernels without TCX, ensure clsact (recorded when created);
-//! 4. attach the policer at ingress (TCX link pinned, or a cls_bpf filter);
-//! 5. pin its maps under `<pin dir>/ingress/`.
+//! 1. load the object and the ingress program, fill its configuration;
+//! 2. record the ingress rate and mode (creating the state record when
+//!    there is no egress shaping), and in `ifb` mode the IFB's name;
+//! 3. `ifb` mode: create the IFB (its ifindex recorded), then shape it;
+//! 4. on kernels without TCX, ensure clsact (recorded when created);
+//! 5. attach the ingress program (TCX link pinned, or a cls_bpf filter);
+//! 6. pin its maps under `<pin dir>/ingress/`.
 //!
 //! `detach` (called by `attach::undo`, before clsact is removed) reverses
-//! 4 and 5. Invariants: nothing here touches the root qdisc.
-//! Non-goals: `ifb` mode is not built yet; it is refused as a usage error.
+//! 6 to 3: the redirect goes first, so no packet is sent to an IFB that is
+//! being dismantled. Invariants: nothing here touches the interface's root
+//! qdisc. Non-goals: telemetry records from the ingress programs (counters
+//! only).
 
 use std::{fs, path::PathBuf};
 
-use aya::maps::PerCpuArray;
 use aya::{
     Ebpf, EbpfLoader,
-    maps::Map,
+    maps::{Array, Map, PerCpuArray},
     programs::{SchedClassifier, TcAttachType},
 };
-use shaper_common::{POLICE_PROGRAM, counters::Counter, maps};
+use shaper_common::{POLICE_PROGRAM, REDIRECT_PROGRAM, counters::Counter, maps};
 use tracing::{info, warn};
 
 use crate::{
@@ -38,8 +46,9 @@ use crate::{
     },
     bpf,
     config::RunConfig,
-    link::Link,
-    state::{IngressRecord, Paths, Record, ensure_bpffs},
+    ifb,
+    link::{Link, link_by_name},
+    state::{IfbRecord, IngressRecord, Paths, Record, ensure_bpffs},
 };
 
 /// How download traffic is shaped.
@@ -49,22 +58,46 @@ pub enum IngressMode {
     /// their fair share get CE marks or drops at CoDel's spacing.
     #[default]
     Police,
-    /// Redirect to an IFB device with sch_fq and the fair pacer on it (not
-    /// built yet).
+    /// Redirect to an IFB device with sch_fq and the fair pacer on it.
     Ifb,
+}
+
+impl IngressMode {
+    /// The name `--ingress-mode` takes and `shaper status` shows.
+    pub fn name(self) -> &'static str {
+        match self {
+            IngressMode::Police => "police",
+            IngressMode::Ifb => "ifb",
+        }
+    }
+}
+
+/// What `attach` keeps loaded while the shaper runs.
+pub struct Ingress {
+    /// The ingress program's object (its counters).
+    pub ebpf: Ebpf,
+    /// `ifb` mode: the pacer shaping the IFB.
+    pub ifb: Option<crate::attach::Shaped>,
 }
 
 /// The policer's extra pin: its virtual link.
 pub const PIN_POLICE_LINK: &str = "police_link";
+
+/// The redirect target's pin (`ifb` mode).
+pub const PIN_REDIRECT: &str = "redirect";
 
 /// Where the ingress program's pins live.
 pub fn pin_dir(paths: &Paths) -> PathBuf {
     paths.pin_dir.join("ingress")
 }
 
-/// Loads the policer with `config`'s settings at its rate. Changes nothing
-/// on any interface.
-pub fn load(config: &RunConfig, has_l2_header: bool) -> Result<Ebpf, AttachError> {
+/// Loads the ingress program of `mode` with `config`'s settings at its
+/// rate. Changes nothing on any interface.
+pub fn load(
+    config: &RunConfig,
+    mode: IngressMode,
+    has_l2_header: bool,
+) -> Result<Ebpf, AttachError> {
     let mut pacer = config.pacer_config(has_l2_header);
     // No telemetry records from the policer (counters only).
     pacer.flags &= !shaper_common::config::FLAG_TELEMETRY;
@@ -75,37 +108,48 @@ pub fn load(config: &RunConfig, has_l2_header: bool) -> Result<Ebpf, AttachError
         .map_err(|e| AttachError::Load {
             detail: format!("{e:#}"),
         })?;
-    policer(&mut ebpf)?.load().map_err(|e| AttachError::Load {
-        detail: format!("{POLICE_PROGRAM}: {e:#}"),
-    })?;
+    program(&mut ebpf, mode)?
+        .load()
+        .map_err(|e| AttachError::Load {
+            detail: format!("{}: {e:#}", program_name(mode)),
+        })?;
     write_config(&mut ebpf, &pacer)?;
     init_fair(&mut ebpf)?;
     Ok(ebpf)
 }
 
-fn policer(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, AttachError> {
-    ebpf.program_mut(POLICE_PROGRAM)
+fn program_name(mode: IngressMode) -> &'static str {
+    match mode {
+        IngressMode::Police => POLICE_PROGRAM,
+        IngressMode::Ifb => REDIRECT_PROGRAM,
+    }
+}
+
+fn program(ebpf: &mut Ebpf, mode: IngressMode) -> Result<&mut SchedClassifier, AttachError> {
+    let name = program_name(mode);
+    ebpf.program_mut(name)
         .ok_or_else(|| AttachError::Load {
-            detail: format!("the object has no program {POLICE_PROGRAM}"),
+            detail: format!("the object has no program {name}"),
         })?
         .try_into()
         .map_err(|e| AttachError::Load {
-            detail: format!("{POLICE_PROGRAM} is not a TC classifier: {e}"),
+            detail: format!("{name} is not a TC classifier: {e}"),
         })
 }
 
-/// Attaches the policer to `link` at `config.rate`. `record` is the egress
-/// attachment's record, or `None` when only ingress is shaped. Returns the
-/// loaded object (keep it for the counters) and the updated record. On
-/// failure everything is undone, egress included, and the record removed.
+/// Attaches ingress shaping of `mode` to `link` at `config.rate`. `record`
+/// is the egress attachment's record, or `None` when only ingress is
+/// shaped. Returns what must stay loaded and the updated record. On failure
+/// everything is undone, egress included, and the record removed.
 pub fn attach(
     config: &RunConfig,
+    mode: IngressMode,
     link: &Link,
     paths: &Paths,
     record: Option<Record>,
-) -> Result<(Ebpf, Record), AttachError> {
+) -> Result<(Ingress, Record), AttachError> {
     let iface = link.name.as_str();
-    let mut ebpf = load(config, link.has_l2_header)?;
+    let mut ebpf = load(config, mode, link.has_l2_header)?;
     let mut record = match record {
         Some(r) => r,
         None => {
@@ -129,13 +173,31 @@ pub fn attach(
     record.ingress = Some(IngressRecord {
         rate_bits_per_s: config.rate.bits_per_s(),
         attach: None,
+        ifb: (mode == IngressMode::Ifb).then(|| IfbRecord {
+            name: ifb::name_for(iface),
+            ifindex: 0,
+        }),
     });
     record.store(&paths.record)?;
-    match attach_steps(&mut ebpf, link, paths, &mut record) {
-        Ok(()) => Ok((ebpf, record)),
+    let mut ifb_pacer = None;
+    let steps = (|| {
+        if mode == IngressMode::Ifb {
+            ifb_pacer = Some(shape_ifb(config, paths, &mut record, &mut ebpf)?);
+        }
+        attach_steps(&mut ebpf, mode, link, paths, &mut record)
+    })();
+    match steps {
+        Ok(()) => Ok((
+            Ingress {
+                ebpf,
+                ifb: ifb_pacer,
+            },
+            record,
+        )),
         Err(e) => {
             warn!(iface, error = %e, "ingress attach failed; undoing what was done");
             drop(ebpf);
+            drop(ifb_pacer);
             if let Err(undo_err) = undo(&record, paths) {
                 warn!(iface, error = %undo_err, "undo after a failed attach also failed");
             }
@@ -144,8 +206,61 @@ pub fn attach(
     }
 }
 
+/// `ifb` mode's steps 3: creates the IFB (recorded), shapes its egress with
+/// the pacer, and points the redirect map at it.
+fn shape_ifb(
+    config: &RunConfig,
+    paths: &Paths,
+    record: &mut Record,
+    redirect: &mut Ebpf,
+) -> Result<crate::attach::Shaped, AttachError> {
+    let Some(name) = record
+        .ingress
+        .as_ref()
+        .and_then(|i| i.ifb.as_ref())
+        .map(|f| f.name.clone())
+    else {
+        return Err(AttachError::Load {
+            detail: "ifb mode without an IFB in the record".into(),
+        });
+    };
+    let ifb_err = |source: ifb::IfbError| AttachError::Classifier {
+        step: "creating the IFB",
+        iface: record.iface.clone(),
+        detail: source.to_string(),
+    };
+    let ifindex = ifb::create(&name).map_err(ifb_err)?;
+    if let Some(f) = record.ingress.as_mut().and_then(|i| i.ifb.as_mut()) {
+        f.ifindex = ifindex;
+    }
+    record.store(&paths.record)?;
+    let ifb_link = link_by_name(&name).map_err(|e| AttachError::Classifier {
+        step: "looking up the IFB",
+        iface: name.clone(),
+        detail: e.to_string(),
+    })?;
+    let mut ifb_config = config.clone();
+    ifb_config.iface = name.clone();
+    ifb_config.from_ingress = true;
+    let shaped = crate::attach::attach(&ifb_config, &ifb_link, paths.sibling(&name))?;
+    let map = redirect
+        .map_mut(maps::REDIRECT)
+        .ok_or_else(|| AttachError::Load {
+            detail: format!("the object has no map {}", maps::REDIRECT),
+        })?;
+    let mut array: Array<_, u32> = Array::try_from(map).map_err(|e| AttachError::Load {
+        detail: format!("{}: {e}", maps::REDIRECT),
+    })?;
+    array.set(0, ifindex, 0).map_err(|e| AttachError::Load {
+        detail: format!("writing {}: {e}", maps::REDIRECT),
+    })?;
+    info!(ifb = %name, ifindex, "shaping the download on the IFB");
+    Ok(shaped)
+}
+
 fn attach_steps(
     ebpf: &mut Ebpf,
+    mode: IngressMode,
     link: &Link,
     paths: &Paths,
     record: &mut Record,
@@ -158,7 +273,7 @@ fn attach_steps(
     clear_pins(&dir);
     let link_pin = dir.join(pins::LINK);
     attach_classifier(
-        policer(ebpf)?,
+        program(ebpf, mode)?,
         link,
         TcAttachType::Ingress,
         &link_pin,
@@ -175,6 +290,7 @@ fn attach_steps(
         (maps::FAIR, pins::FAIR),
         (maps::FLOWS, pins::FLOWS),
         (maps::POLICE_LINK, PIN_POLICE_LINK),
+        (maps::REDIRECT, PIN_REDIRECT),
     ] {
         let path = dir.join(file);
         let map: &Map = ebpf
@@ -186,7 +302,8 @@ fn attach_steps(
         iface = %link.name,
         mode = if kernel_has_tcx() { "tcx" } else { "tc clsact" },
         pins = %dir.display(),
-        "policer attached at ingress"
+        program = program_name(mode),
+        "attached at ingress"
     );
     Ok(())
 }
@@ -209,7 +326,31 @@ pub fn detach(
     );
     clear_pins(&dir);
     let _ = fs::remove_dir(&dir);
-    detached
+    let ifb = match &ingress.ifb {
+        Some(f) => remove_ifb(f, paths),
+        None => Ok(()),
+    };
+    detached.and(ifb)
+}
+
+/// Undoes the IFB's own shaping (its record, if any) and deletes the IFB.
+fn remove_ifb(f: &IfbRecord, paths: &Paths) -> Result<(), AttachError> {
+    let ifb_paths = paths.sibling(&f.name);
+    let shaping = match Record::load(&ifb_paths.record) {
+        Ok(Some(r)) => undo(&r, &ifb_paths),
+        Ok(None) => Ok(()),
+        Err(e) => Err(e.into()),
+    };
+    let removed = if f.ifindex == 0 {
+        Ok(())
+    } else {
+        ifb::remove(&f.name, f.ifindex).map_err(|e| AttachError::Classifier {
+            step: "removing the IFB",
+            iface: f.name.clone(),
+            detail: e.to_string(),
+        })
+    };
+    shaping.and(removed)
 }
 
 /// The policer's counters, summed over the CPUs.

@@ -14,6 +14,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod gso;
+pub mod ifb;
 pub mod ingress;
 pub mod lab;
 pub mod link;

@@ -16,7 +16,6 @@ fn exit_code(err: &anyhow::Error) -> i32 {
             || cause.is::<RateError>()
             || cause.is::<ConfigError>()
             || cause.is::<commands::StillRunning>()
-            || cause.is::<commands::IngressUsage>()
             || cause
                 .downcast_ref::<shaper::observe::ObserveError>()
                 .is_some_and(shaper::observe::is_usage_error)

@@ -74,6 +74,18 @@ pub struct Paths {
     pub record: PathBuf,
 }
 
+impl Paths {
+    /// The paths of another interface `iface` in the same namespace (the
+    /// IFB of `--ingress-mode ifb`).
+    pub fn sibling(&self, iface: &str) -> Paths {
+        Paths {
+            bpffs: self.bpffs.clone(),
+            pin_dir: self.pin_dir.with_file_name(iface),
+            record: self.record.with_file_name(format!("{iface}.state")),
+        }
+    }
+}
+
 /// Roots of the two trees; tests point them elsewhere.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Roots {
@@ -222,13 +234,25 @@ pub enum AttachMode {
 }
 
 /// What one `shaper run` did at an interface's ingress hook.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct IngressRecord {
     /// The ingress rate in bits per second.
     pub rate_bits_per_s: u64,
     /// How the ingress program is attached; `None` until it is. Its pins
     /// live in the `ingress` directory under the pin directory.
     pub attach: Option<AttachMode>,
+    /// `ifb` mode: the IFB device, recorded before it is created (ifindex
+    /// 0 until it exists). `None` in `police` mode.
+    pub ifb: Option<IfbRecord>,
+}
+
+/// The IFB of `--ingress-mode ifb`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IfbRecord {
+    /// Its name (`ifb4<iface>`).
+    pub name: String,
+    /// Its index; 0 before creation.
+    pub ifindex: u32,
 }
 
 /// What one `shaper run` did to one interface.
@@ -283,9 +307,12 @@ impl Record {
             let v4 = g.ipv4_max_bytes.map_or("-".to_owned(), |v| v.to_string());
             kv("gso_before", format!("{}:{v4}", g.max_bytes));
         }
-        if let Some(i) = self.ingress {
+        if let Some(i) = &self.ingress {
             kv("ingress_rate_bits_per_s", i.rate_bits_per_s.to_string());
             kv("ingress_attach", encode_attach(i.attach));
+            if let Some(ifb) = &i.ifb {
+                kv("ingress_ifb", format!("{}:{}", ifb.name, ifb.ifindex));
+            }
         }
         out
     }
@@ -330,6 +357,17 @@ impl Record {
             Some(_) => Some(IngressRecord {
                 rate_bits_per_s: num("ingress_rate_bits_per_s")?,
                 attach: decode_attach(field("ingress_attach")?).map_err(damaged)?,
+                ifb: match get.get("ingress_ifb") {
+                    None => None,
+                    Some(v) => {
+                        let bad = || damaged(format!("ingress_ifb={v} is not NAME:IFINDEX"));
+                        let (name, idx) = v.rsplit_once(':').ok_or_else(bad)?;
+                        Some(IfbRecord {
+                            name: name.to_owned(),
+                            ifindex: idx.parse().map_err(|_| bad())?,
+                        })
+                    }
+                },
             }),
         };
         let too_big = |k: &str| damaged(format!("{k} out of range"));
@@ -509,6 +547,18 @@ mod tests {
     }
 
     #[test]
+    fn a_sibling_is_the_same_namespace_another_name() {
+        let roots = Roots {
+            bpffs: "/b".into(),
+            run: "/r".into(),
+        };
+        let p = roots.paths("wan0", Some(7));
+        assert_eq!(p.sibling("ifb4wan0"), roots.paths("ifb4wan0", Some(7)));
+        let p = roots.paths("wan0", None);
+        assert_eq!(p.sibling("ifb4wan0"), roots.paths("ifb4wan0", None));
+    }
+
+    #[test]
     fn record_round_trips() {
         for attach in [None, Some(AttachMode::Tcx), sample().attach] {
             let r = Record { attach, ..sample() };
@@ -534,6 +584,10 @@ mod tests {
                 ingress: Some(IngressRecord {
                     rate_bits_per_s: 100_000_000,
                     attach,
+                    ifb: attach.map(|_| IfbRecord {
+                        name: "ifb4veth0".into(),
+                        ifindex: 9,
+                    }),
                 }),
                 ..sample()
             };
@@ -558,6 +612,10 @@ mod tests {
             format!("{good}ingress_rate_bits_per_s=1000\n"),
             format!("{good}ingress_rate_bits_per_s=x\ningress_attach=tcx\n"),
             format!("{good}ingress_rate_bits_per_s=1000\ningress_attach=xdp\n"),
+            format!("{good}ingress_rate_bits_per_s=1000\ningress_attach=tcx\ningress_ifb=ifb4x\n"),
+            format!(
+                "{good}ingress_rate_bits_per_s=1000\ningress_attach=tcx\ningress_ifb=ifb4x:y\n"
+            ),
         ];
         for text in cases {
             assert!(

@@ -136,7 +136,8 @@ pub fn to_json(st: &IfaceStatus) -> String {
     });
     if let Some(i) = &r.ingress {
         v["ingress"] = serde_json::json!({
-            "mode": "police",
+            "mode": if i.ifb.is_some() { "ifb" } else { "police" },
+            "ifb": i.ifb.as_ref().map(|f| f.name.clone()),
             "rate_bits_per_s": i.rate_bits_per_s,
             "classifier": attach_name(i.attach),
         });
@@ -208,11 +209,25 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
         }
         None => "not attached".to_owned(),
     };
-    let _ = writeln!(
-        s,
-        "  ingress:    police at {} ({hook})",
-        rate_text(i.rate_bits_per_s)
-    );
+    match &i.ifb {
+        None => {
+            let _ = writeln!(
+                s,
+                "  ingress:    police at {} ({hook})",
+                rate_text(i.rate_bits_per_s)
+            );
+        }
+        Some(f) => {
+            let _ = writeln!(
+                s,
+                "  ingress:    ifb at {} (redirect to {} by {hook}; `shaper status --iface {}` \
+                 shows its pacer)",
+                rate_text(i.rate_bits_per_s),
+                f.name,
+                f.name
+            );
+        }
+    }
     match &st.ingress_counters {
         Some(counters) => {
             let get = |c: Counter| counters.iter().find(|(k, _)| *k == c).map_or(0, |x| x.1);

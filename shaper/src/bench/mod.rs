@@ -21,7 +21,7 @@
 //! `paths.{unpaced, paced, aqm_drop, horizon_drop, flow_mix_10k,
 //! flow_mix_10k_unpaced, police_flow_mix_10k, police_flow_mix_10k_unpaced}`,
 //! `kernel_release`, ...), and `vm`
-//! (`shaper`, `cake`, `aggregate`, and `ingress.{police, cake_ingress}` for
+//! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress}` for
 //! the download, each with `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`,
 //! `softirq_cpu_per_mbit`), or null.
 //!
@@ -323,7 +323,7 @@ fn vm_table(vm: &Value) -> String {
     }
     if let Some(ing) = vm.get("ingress").filter(|v| !v.is_null()) {
         s.push_str("  download, shaped at the WAN ingress:\n");
-        for name in ["police", "cake_ingress"] {
+        for name in ["police", "ifb", "cake_ingress"] {
             let Some(st) = ing.get(name) else { continue };
             let cpu = st
                 .get("softirq_cpu_per_mbit")

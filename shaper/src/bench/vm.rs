@@ -24,9 +24,9 @@
 //! Download (`ingress`): the same 4 streams from the server to the client,
 //! with the router shaping its WAN *ingress* at the rate: the shaper's AQM
 //! policer (`shaper run --ingress-rate`, `police` mode) and CAKE in
-//! `ingress` mode on an IFB (sqm-scripts' setup). The baseline is the same
-//! download paced by iperf3 to the state's goodput. The shaper's `ifb` mode
-//! is not built yet, so it has no row.
+//! `ingress` mode on an IFB (sqm-scripts' setup), and the shaper's pacer on
+//! an IFB (`--ingress-mode ifb`). The baseline is the same download paced
+//! by iperf3 to the state's goodput.
 //!
 //! Non-goals: repetitions, fairness between unequal flows (the lab's tests
 //! cover that), GSO-off runs.
@@ -102,6 +102,8 @@ pub struct IngressResult {
     pub police: StateResult,
     /// CAKE in `ingress` mode on an IFB.
     pub cake_ingress: StateResult,
+    /// The shaper's pacer on an IFB (`--ingress-mode ifb`).
+    pub ifb: StateResult,
 }
 
 /// Everything the lab part measures.
@@ -167,9 +169,15 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
             rate: opts.rate,
             extra_args: Vec::new(),
         };
+        let ifb = State::ShaperIngress {
+            bin: opts.bin.clone(),
+            rate: opts.rate,
+            extra_args: vec!["--ingress-mode".to_owned(), "ifb".to_owned()],
+        };
         let cake_ingress = State::CakeIngress { rate: opts.rate };
         Some(IngressResult {
             police: measure(&tb, opts, police, timing, true)?,
+            ifb: measure(&tb, opts, ifb, timing, true)?,
             cake_ingress: measure(&tb, opts, cake_ingress, timing, true)?,
         })
     } else {

@@ -43,8 +43,9 @@ pub struct LabArgs {
     pub duration: Option<Duration>,
     /// States to compare, in order, comma-separated: none, cake (egress
     /// and, on an IFB, ingress), fq_codel (egress), shaper (egress),
-    /// shaper-police (egress, and the AQM policer on ingress).
-    #[arg(long, value_name = "LIST", default_value = "none,cake,fq_codel,shaper,shaper-police", value_parser = parse_states)]
+    /// shaper-police (egress, and the AQM policer on ingress), shaper-ifb
+    /// (egress, and the pacer on an IFB fed from ingress).
+    #[arg(long, value_name = "LIST", default_value = "none,cake,fq_codel,shaper,shaper-police,shaper-ifb", value_parser = parse_states)]
     pub states: StateList,
     /// Write every raw sample and the per-state summary here as JSON.
     #[arg(long, value_name = "FILE")]
@@ -75,6 +76,8 @@ pub enum StateKind {
     /// `shaper run` on egress and the AQM policer on ingress
     /// (`--ingress-rate`, `police` mode).
     ShaperPolice,
+    /// `shaper run` on egress and on an IFB fed from ingress (`ifb` mode).
+    ShaperIfb,
 }
 
 impl StateKind {
@@ -86,20 +89,25 @@ impl StateKind {
             StateKind::FqCodel => "fq_codel",
             StateKind::Shaper => "shaper",
             StateKind::ShaperPolice => "shaper-police",
+            StateKind::ShaperIfb => "shaper-ifb",
         }
     }
 
     /// The state shapes the download too (at the router's WAN ingress).
     pub fn shapes_download(self) -> bool {
-        matches!(self, StateKind::Cake | StateKind::ShaperPolice)
+        matches!(
+            self,
+            StateKind::Cake | StateKind::ShaperPolice | StateKind::ShaperIfb
+        )
     }
 
-    const ALL: [StateKind; 5] = [
+    const ALL: [StateKind; 6] = [
         StateKind::None,
         StateKind::Cake,
         StateKind::FqCodel,
         StateKind::Shaper,
         StateKind::ShaperPolice,
+        StateKind::ShaperIfb,
     ];
 }
 
@@ -118,13 +126,6 @@ pub fn parse_states(s: &str) -> Result<StateList, String> {
     };
     let mut out = Vec::new();
     for part in s.split(',').map(str::trim) {
-        if part == "shaper-ifb" {
-            return Err(
-                "state 'shaper-ifb' is not available yet (ingress shaping through an \
-                        IFB is still to be built): use shaper-police"
-                    .to_owned(),
-            );
-        }
         let Some(kind) = StateKind::ALL.iter().find(|k| k.name() == part) else {
             return Err(format!(
                 "unknown state '{part}': give a comma-separated list of {}",
@@ -342,7 +343,7 @@ impl LabConfig {
                 StateKind::None => &[],
                 StateKind::Cake => &["cake"],
                 StateKind::FqCodel => &["htb", "fq_codel"],
-                StateKind::Shaper | StateKind::ShaperPolice => &["fq"],
+                StateKind::Shaper | StateKind::ShaperPolice | StateKind::ShaperIfb => &["fq"],
             };
             for kind in kinds {
                 out.push((*kind, format!("state {}", k.name())));
@@ -365,12 +366,18 @@ impl LabConfig {
                 rate: self.rate,
                 extra_args: Vec::new(),
             },
-            StateKind::ShaperPolice => super::State::Shaper {
+            StateKind::ShaperPolice | StateKind::ShaperIfb => super::State::Shaper {
                 bin: self.shaper_bin.clone(),
                 rate: self.rate,
                 extra_args: vec![
                     "--ingress-rate".to_owned(),
                     super::state::tc_rate(self.rate),
+                    "--ingress-mode".to_owned(),
+                    if kind == StateKind::ShaperIfb {
+                        "ifb".to_owned()
+                    } else {
+                        "police".to_owned()
+                    },
                 ],
             },
         }

@@ -363,8 +363,9 @@ pub fn markdown(lab: &LabRun) -> String {
         m,
         "Kernel {}; {} s of load per direction after {} s omitted, {} streams; {:.0} s in all. \
          {} Every state acts on the router's WAN egress; `cake` (CAKE in ingress mode on an \
-         IFB, as sqm-scripts does) and `shaper-police` (the AQM policer) also shape the \
-         download at the WAN ingress, and the download rows say which are shaped. \
+         IFB, as sqm-scripts does), `shaper-police` (the AQM policer) and `shaper-ifb` (the \
+         pacer on an IFB) also shape the download at the WAN ingress, and the download rows \
+         say which are shaped. \
          CPU is the whole machine's (the namespaces share it, traffic generators included).\n",
         lab.kernel,
         c.duration.as_secs(),

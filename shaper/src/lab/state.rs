@@ -298,7 +298,8 @@ impl State {
 }
 
 /// Starts `shaper run --iface wan0 <args> <extra>` in the router and waits
-/// until `shaper status` prints `ready` (the hook it attaches is listed).
+/// until `shaper status` prints `ready` (the hook it attaches is listed)
+/// and no hook is "not attached".
 fn spawn_shaper(
     tb: &Testbed,
     bin: &std::path::Path,
@@ -320,7 +321,9 @@ fn spawn_shaper(
                 command: format!("{} status", d.command()),
                 source,
             })?;
-        Ok(String::from_utf8_lossy(&out.stdout).contains(ready))
+        // The record (and so the line) exists before the hook is attached.
+        let text = String::from_utf8_lossy(&out.stdout);
+        Ok(text.contains(ready) && !text.contains("not attached"))
     };
     d.wait_until("attach", ATTACH_LIMIT, status_cmd)?;
     Ok(d)
