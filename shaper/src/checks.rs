@@ -77,6 +77,21 @@ pub enum CheckError {
         /// The rate asked for, as given.
         rate: String,
     },
+    /// `--ingress-mode ifb` on a kernel without TCX. Seen on Debian's 6.1:
+    /// the IFB drops every packet `bpf_redirect` sends it (its rx_dropped
+    /// counts them; `ifb_xmit` drops packets without the `redirected` mark
+    /// that tc's mirred sets); on 6.12 it works. TCX (6.6) stands in for
+    /// the change until the kernel commit is pinned down; 6.6 itself is
+    /// untested.
+    #[error(
+        "--ingress-mode ifb needs a kernel with TCX (Linux >= 6.6): on this kernel ({release}) \
+         the IFB drops the packets that the shaper's BPF redirect sends it. Use --ingress-mode \
+         police (the default), which needs no IFB. Nothing was changed"
+    )]
+    IfbNeedsTcx {
+        /// `uname -r`.
+        release: String,
+    },
     /// The kernel lacks clsact (needed below 6.6, where TCX is missing).
     #[error(
         "this kernel ({release}) has neither TCX (Linux >= 6.6) nor the clsact qdisc \

@@ -129,6 +129,12 @@ pub fn run(args: RunArgs) -> Result<()> {
         _ => None,
     };
     check_kernel(needs_fq)?;
+    if ingress.is_some() && args.ingress_mode == IngressMode::Ifb && !attach::kernel_has_tcx() {
+        return Err(CheckError::IfbNeedsTcx {
+            release: kernel_release(),
+        }
+        .into());
+    }
     if link.oper_state == "down" || link.oper_state == "lowerlayerdown" {
         warn!(iface = %link.name, state = %link.oper_state, "the interface has no carrier; shaping anyway");
     }

@@ -222,10 +222,11 @@ fn sigkill_then_cleanup_removes_the_ingress_hook() {
     assert!(status(&pair).contains("not shaped by shaper"));
 }
 
-/// `ifb` mode needs sch_fq: without it (this machine's kernel) it exits 2
-/// and changes nothing; with it (the VM) the IFB is created, carries the
-/// download through sch_fq, and is gone again after SIGTERM, and after
-/// SIGKILL + `shaper cleanup`.
+/// `ifb` mode needs sch_fq and TCX: without them (this machine's kernel
+/// lacks sch_fq, 6.1 lacks TCX) it exits 2 and changes nothing; with them
+/// (6.12 in the VM) the IFB is created, carries the download through
+/// sch_fq, and is gone again after SIGTERM, and after SIGKILL + `shaper
+/// cleanup`.
 #[test]
 fn ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq() {
     if skip() {
@@ -250,6 +251,21 @@ fn ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq() {
         assert!(status(&pair).contains("not shaped by shaper"));
         assert!(!pair.right.sh("ip -o link show").contains("ifb4right0"));
         eprintln!("(no sch_fq: checked the refusal only)");
+        return;
+    }
+    if !shaper::attach::kernel_has_tcx() {
+        // Below 6.6 the IFB drops what bpf_redirect sends (see CheckError::
+        // IfbNeedsTcx): refused before anything changes.
+        let out = pair.right.shaper().args(args).output().expect("shaper run");
+        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+        assert!(
+            text(&out).contains("needs a kernel with TCX"),
+            "{}",
+            text(&out)
+        );
+        assert_eq!(pair.right.tc_state("right0"), before);
+        assert!(!pair.right.sh("ip -o link show").contains("ifb4right0"));
+        eprintln!("(no TCX: checked the refusal only)");
         return;
     }
     for sig in [libc::SIGTERM, libc::SIGKILL] {

@@ -161,6 +161,16 @@ pub fn run(args: LabArgs) -> Result<()> {
             .into());
         }
     }
+    if config.states.contains(&StateKind::ShaperIfb) && !crate::attach::kernel_has_tcx() {
+        return Err(LabUsageError::Invalid {
+            flag: "--states",
+            detail: "state shaper-ifb needs a kernel with TCX (Linux >= 6.6; see `shaper run \
+                     --ingress-mode ifb`): leave it out, or run the lab in the VM (`cargo xtask \
+                     lab`)"
+                .to_owned(),
+        }
+        .into());
+    }
     if let Some(dir) = &config.report {
         std::fs::create_dir_all(dir)
             .with_context(|| format!("creating the report directory {}", dir.display()))?;
