@@ -3,6 +3,10 @@
 //! table. Both programs load the same maps (each attachment loads its own
 //! copy of the object, so an interface's egress and ingress never share a
 //! flow table or a fair share).
+//!
+//! The rest of the prologue (pricing the wire length, reading the clock)
+//! stays written out in each program: returned from here in a struct, it
+//! pushed the policer past the verifier's million-instruction limit again.
 
 use shaper_common::{
     config::{FLAG_NO_L2, PacerConfig},

@@ -218,43 +218,48 @@ pub fn load_telemetry(ebpf: &mut Ebpf) -> Result<(), AttachError> {
 
 /// Starts the fair pacer's shared state at a multiplier of 1.0.
 pub(crate) fn init_fair(ebpf: &mut Ebpf) -> Result<(), AttachError> {
-    let map = ebpf.map_mut(maps::FAIR).ok_or_else(|| AttachError::Load {
-        detail: format!("the object has no map {}", maps::FAIR),
+    set_entry0(ebpf, maps::FAIR, FairState::default())
+}
+
+/// Writes entry 0 of the one-entry array map `name` in the loaded object.
+pub(crate) fn set_entry0<T: aya::Pod>(
+    ebpf: &mut Ebpf,
+    name: &str,
+    value: T,
+) -> Result<(), AttachError> {
+    let map = ebpf.map_mut(name).ok_or_else(|| AttachError::Load {
+        detail: format!("the object has no map {name}"),
     })?;
-    let mut array: Array<_, FairState> = Array::try_from(map).map_err(|e| AttachError::Load {
-        detail: format!("{}: {e}", maps::FAIR),
+    let mut array: Array<_, T> = Array::try_from(map).map_err(|e| AttachError::Load {
+        detail: format!("{name}: {e}"),
     })?;
-    array
-        .set(0, FairState::default(), 0)
-        .map_err(|e| AttachError::Load {
-            detail: format!("writing {}: {e}", maps::FAIR),
-        })
+    array.set(0, value, 0).map_err(|e| AttachError::Load {
+        detail: format!("writing {name}: {e}"),
+    })
 }
 
 /// The egress classifier in the loaded object.
 fn classifier(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, AttachError> {
-    ebpf.program_mut(EGRESS_PROGRAM)
+    classifier_named(ebpf, EGRESS_PROGRAM)
+}
+
+/// The TC classifier `name` in the loaded object.
+pub(crate) fn classifier_named<'a>(
+    ebpf: &'a mut Ebpf,
+    name: &str,
+) -> Result<&'a mut SchedClassifier, AttachError> {
+    ebpf.program_mut(name)
         .ok_or_else(|| AttachError::Load {
-            detail: format!("the object has no program {EGRESS_PROGRAM}"),
+            detail: format!("the object has no program {name}"),
         })?
         .try_into()
         .map_err(|e| AttachError::Load {
-            detail: format!("{EGRESS_PROGRAM} is not a TC classifier: {e}"),
+            detail: format!("{name} is not a TC classifier: {e}"),
         })
 }
 
 pub(crate) fn write_config(ebpf: &mut Ebpf, config: &PacerConfig) -> Result<(), AttachError> {
-    let map = ebpf
-        .map_mut(maps::CONFIG)
-        .ok_or_else(|| AttachError::Load {
-            detail: format!("the object has no map {}", maps::CONFIG),
-        })?;
-    let mut array: Array<_, PacerConfig> = Array::try_from(map).map_err(|e| AttachError::Load {
-        detail: format!("{}: {e}", maps::CONFIG),
-    })?;
-    array.set(0, config, 0).map_err(|e| AttachError::Load {
-        detail: format!("writing {}: {e}", maps::CONFIG),
-    })
+    set_entry0(ebpf, maps::CONFIG, *config)
 }
 
 /// Attaches to `link` as `config` says. On failure after the first change,
@@ -282,16 +287,9 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
         info!(path = %paths.bpffs.display(), "mounted bpffs");
     }
     let mut record = Record {
-        iface: iface.to_owned(),
-        ifindex: link.ifindex,
-        pid: std::process::id(),
         rate_bits_per_s: config.rate.bits_per_s(),
-        attach: None,
-        created_clsact: false,
-        replaced_root: false,
         snapshot: snapshot.encode(),
-        gso_before: None,
-        ingress: None,
+        ..Record::fresh(link)
     };
     record.store(&paths.record)?;
 

@@ -41,16 +41,17 @@ impl Drop for UndoGuard {
 }
 
 /// Checks the kernel can do what `run` needs: sch_fq when `egress` is
-/// shaped (it holds packets to their departure times), the TC hooks and BPF
+/// shaped or an IFB is (`ifb`: it holds packets to their departure times),
+/// TCX for an IFB (see [`CheckError::IfbNeedsTcx`]), the TC hooks and BPF
 /// always. Changes nothing visible (the qdisc probes run in a throwaway
 /// network namespace).
-pub fn check_kernel(egress: Option<&RunConfig>) -> Result<(), CheckError> {
+pub fn check_kernel(egress: Option<&RunConfig>, ifb: Option<&RunConfig>) -> Result<(), CheckError> {
     let release = kernel_release();
     let probe_failed = |what: &str, e: tc::TcError| CheckError::NoBpf {
         release: release.clone(),
         detail: format!("probing {what} failed: {e}"),
     };
-    if let Some(config) = egress
+    if let Some(config) = egress.or(ifb)
         && !tc::probe_qdisc_kind("fq").map_err(|e| probe_failed("sch_fq", e))?
     {
         return Err(CheckError::NoSchFq {
@@ -58,6 +59,9 @@ pub fn check_kernel(egress: Option<&RunConfig>) -> Result<(), CheckError> {
             iface: config.iface.clone(),
             rate: config.rate.to_string(),
         });
+    }
+    if ifb.is_some() && !attach::kernel_has_tcx() {
+        return Err(CheckError::IfbNeedsTcx { release });
     }
     if !attach::kernel_has_tcx() && !tc::probe_clsact().map_err(|e| probe_failed("clsact", e))? {
         return Err(CheckError::NoClsact { release });
@@ -123,18 +127,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     let netns = state::current_netns()?;
     let paths = Roots::default().paths(&link.name, netns);
     check_not_shaped(&link, &paths)?;
-    let needs_fq = match (&egress, &ingress) {
-        (Some(c), _) => Some(c),
-        (None, Some(c)) if args.ingress_mode == IngressMode::Ifb => Some(c),
-        _ => None,
-    };
-    check_kernel(needs_fq)?;
-    if ingress.is_some() && args.ingress_mode == IngressMode::Ifb && !attach::kernel_has_tcx() {
-        return Err(CheckError::IfbNeedsTcx {
-            release: kernel_release(),
-        }
-        .into());
-    }
+    let ifb = ingress
+        .as_ref()
+        .filter(|_| args.ingress_mode == IngressMode::Ifb);
+    check_kernel(egress.as_ref(), ifb)?;
     if link.oper_state == "down" || link.oper_state == "lowerlayerdown" {
         warn!(iface = %link.name, state = %link.oper_state, "the interface has no carrier; shaping anyway");
     }

@@ -33,7 +33,7 @@ use std::{fs, path::PathBuf};
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, Map, PerCpuArray},
+    maps::{Map, PerCpuArray},
     programs::{SchedClassifier, TcAttachType},
 };
 use shaper_common::{POLICE_PROGRAM, REDIRECT_PROGRAM, counters::Counter, maps};
@@ -41,8 +41,8 @@ use tracing::{info, warn};
 
 use crate::{
     attach::{
-        AttachError, attach_classifier, clear_pins, detach_classifier, ensure_clsact, init_fair,
-        kernel_has_tcx, pin_err, pins, undo, write_config,
+        AttachError, attach_classifier, classifier_named, clear_pins, detach_classifier,
+        ensure_clsact, init_fair, kernel_has_tcx, pin_err, pins, set_entry0, undo, write_config,
     },
     bpf,
     config::RunConfig,
@@ -60,16 +60,6 @@ pub enum IngressMode {
     Police,
     /// Redirect to an IFB device with sch_fq and the fair pacer on it.
     Ifb,
-}
-
-impl IngressMode {
-    /// The name `--ingress-mode` takes and `shaper status` shows.
-    pub fn name(self) -> &'static str {
-        match self {
-            IngressMode::Police => "police",
-            IngressMode::Ifb => "ifb",
-        }
-    }
 }
 
 /// What `attach` keeps loaded while the shaper runs.
@@ -126,15 +116,7 @@ fn program_name(mode: IngressMode) -> &'static str {
 }
 
 fn program(ebpf: &mut Ebpf, mode: IngressMode) -> Result<&mut SchedClassifier, AttachError> {
-    let name = program_name(mode);
-    ebpf.program_mut(name)
-        .ok_or_else(|| AttachError::Load {
-            detail: format!("the object has no program {name}"),
-        })?
-        .try_into()
-        .map_err(|e| AttachError::Load {
-            detail: format!("{name} is not a TC classifier: {e}"),
-        })
+    classifier_named(ebpf, program_name(mode))
 }
 
 /// Attaches ingress shaping of `mode` to `link` at `config.rate`. `record`
@@ -156,18 +138,7 @@ pub fn attach(
             if ensure_bpffs(&paths.bpffs)? {
                 info!(path = %paths.bpffs.display(), "mounted bpffs");
             }
-            Record {
-                iface: iface.to_owned(),
-                ifindex: link.ifindex,
-                pid: std::process::id(),
-                rate_bits_per_s: 0,
-                attach: None,
-                created_clsact: false,
-                replaced_root: false,
-                snapshot: Vec::new(),
-                gso_before: None,
-                ingress: None,
-            }
+            Record::fresh(link)
         }
     };
     record.ingress = Some(IngressRecord {
@@ -243,17 +214,7 @@ fn shape_ifb(
     ifb_config.iface = name.clone();
     ifb_config.from_ingress = true;
     let shaped = crate::attach::attach(&ifb_config, &ifb_link, paths.sibling(&name))?;
-    let map = redirect
-        .map_mut(maps::REDIRECT)
-        .ok_or_else(|| AttachError::Load {
-            detail: format!("the object has no map {}", maps::REDIRECT),
-        })?;
-    let mut array: Array<_, u32> = Array::try_from(map).map_err(|e| AttachError::Load {
-        detail: format!("{}: {e}", maps::REDIRECT),
-    })?;
-    array.set(0, ifindex, 0).map_err(|e| AttachError::Load {
-        detail: format!("writing {}: {e}", maps::REDIRECT),
-    })?;
+    set_entry0(redirect, maps::REDIRECT, ifindex)?;
     info!(ifb = %name, ifindex, "shaping the download on the IFB");
     Ok(shaped)
 }
@@ -364,7 +325,8 @@ pub fn counters(ebpf: &Ebpf) -> Result<Vec<(Counter, u64)>, AttachError> {
     Ok(crate::status::sum_counters(&array))
 }
 
-fn get(counts: &[(Counter, u64)], c: Counter) -> u64 {
+/// Counter `c` in `counts` (0 when absent).
+pub fn get(counts: &[(Counter, u64)], c: Counter) -> u64 {
     counts.iter().find(|(k, _)| *k == c).map_or(0, |(_, n)| *n)
 }
 

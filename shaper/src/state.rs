@@ -284,6 +284,22 @@ pub struct Record {
 const MAGIC_LINE: &str = "shaper-state 1";
 
 impl Record {
+    /// A record of this process for `link` before anything is done to it.
+    pub fn fresh(link: &crate::link::Link) -> Self {
+        Self {
+            iface: link.name.clone(),
+            ifindex: link.ifindex,
+            pid: std::process::id(),
+            rate_bits_per_s: 0,
+            attach: None,
+            created_clsact: false,
+            replaced_root: false,
+            snapshot: Vec::new(),
+            gso_before: None,
+            ingress: None,
+        }
+    }
+
     /// Text form: a magic line, then `key=value` lines; the snapshot in hex.
     pub fn encode(&self) -> String {
         let mut out = String::new();

@@ -230,7 +230,7 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
     }
     match &st.ingress_counters {
         Some(counters) => {
-            let get = |c: Counter| counters.iter().find(|(k, _)| *k == c).map_or(0, |x| x.1);
+            let get = |c: Counter| crate::ingress::get(counters, c);
             let _ = writeln!(
                 s,
                 "    packets {}, ce_marked {}, police_drop {}, police_withheld {}, police_clamped {}",

@@ -217,59 +217,27 @@ impl State {
                     "besteffort",
                     "ingress",
                 ])?;
-                router.tc(&["qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"])?;
-                // u32 matching every packet (as the testbed's upload IFB).
-                router.tc(&[
-                    "filter",
-                    "add",
-                    "dev",
-                    dev,
-                    "parent",
-                    "ffff:",
-                    "protocol",
-                    "all",
-                    "u32",
-                    "match",
-                    "u32",
-                    "0",
-                    "0",
-                    "action",
-                    "mirred",
-                    "egress",
-                    "redirect",
-                    "dev",
-                    INGRESS_IFB,
-                ])?;
+                router
+                    .all_ingress_to(dev, &["mirred", "egress", "redirect", "dev", INGRESS_IFB])?;
             }
             State::Policer { rate } => {
                 let router = tb.ns(Host::Router);
-                let burst = policer_burst_bytes(*rate);
-                router.tc(&["qdisc", "add", "dev", dev, "handle", "ffff:", "ingress"])?;
-                router.tc(&[
-                    "filter",
-                    "add",
-                    "dev",
+                let burst = policer_burst_bytes(*rate).to_string();
+                let rate = tc_rate(*rate);
+                router.all_ingress_to(
                     dev,
-                    "parent",
-                    "ffff:",
-                    "protocol",
-                    "all",
-                    "u32",
-                    "match",
-                    "u32",
-                    "0",
-                    "0",
-                    "action",
-                    "police",
-                    "rate",
-                    &tc_rate(*rate),
-                    "burst",
-                    &burst.to_string(),
-                    "mtu",
-                    "65536",
-                    "conform-exceed",
-                    "drop",
-                ])?;
+                    &[
+                        "police",
+                        "rate",
+                        &rate,
+                        "burst",
+                        &burst,
+                        "mtu",
+                        "65536",
+                        "conform-exceed",
+                        "drop",
+                    ],
+                )?;
             }
             State::Stack(states) => {
                 let mut applied = Vec::new();

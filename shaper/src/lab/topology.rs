@@ -167,6 +167,21 @@ impl Netns {
         exec::run(Command::new("tc").args(["-n", &self.name]).args(args))
     }
 
+    /// Puts every packet arriving on `dev` through the tc action `action`
+    /// (e.g. `mirred egress redirect dev X`, `police rate R ...`): an
+    /// ingress qdisc and a filter matching all. u32 matching every packet,
+    /// because cls_matchall is not in every kernel (this project's 6.18
+    /// host has u32 and bpf only).
+    pub fn all_ingress_to(&self, dev: &str, action: &[&str]) -> Result<(), LabError> {
+        self.tc(&["qdisc", "replace", "dev", dev, "handle", "ffff:", "ingress"])?;
+        let mut args = vec![
+            "filter", "add", "dev", dev, "parent", "ffff:", "protocol", "all", "u32", "match",
+            "u32", "0", "0", "action",
+        ];
+        args.extend_from_slice(action);
+        self.tc(&args).map(drop)
+    }
+
     /// Runs `ip -n NAME -batch -` on `lines` (one `ip` command each, without
     /// the leading `ip`); stops at the first failure.
     pub fn ip_batch(&self, lines: &[String]) -> Result<(), LabError> {
@@ -432,16 +447,7 @@ impl Testbed {
         let mut a = vec!["qdisc", "replace", "dev", UPLOAD_IFB, "root"];
         a.extend(&tbf);
         sv.tc(&a)?;
-        sv.tc(&[
-            "qdisc", "replace", "dev", "sv0", "handle", "ffff:", "ingress",
-        ])?;
-        sv.tc(&[
-            // u32 matching every packet: cls_matchall is not in every
-            // kernel (this project's 6.18 host has u32 and bpf only).
-            "filter", "add", "dev", "sv0", "parent", "ffff:", "protocol", "all", "u32", "match",
-            "u32", "0", "0", "action", "mirred", "egress", "redirect", "dev", UPLOAD_IFB,
-        ])?;
-        Ok(())
+        sv.all_ingress_to("sv0", &["mirred", "egress", "redirect", "dev", UPLOAD_IFB])
     }
 
     /// Sets `net.ipv4.tcp_ecn` on the clients and the server: 1 (request
