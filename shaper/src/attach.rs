@@ -518,6 +518,21 @@ pub(crate) fn detach_classifier(
                     detail,
                 })
         }
+        Some(AttachMode::Mirred { priority, handle }) if present => {
+            let ifindex = crate::link::link_by_name(iface)
+                .map_err(|e| e.to_string())
+                .map(|l| l.ifindex);
+            ifindex
+                .and_then(|i| {
+                    tc::delete_ingress_redirect(i, tc::FilterId { priority, handle })
+                        .map_err(|e| e.to_string())
+                })
+                .map_err(|detail| AttachError::Classifier {
+                    step: "deleting the ingress redirect filter",
+                    iface: iface.to_owned(),
+                    detail,
+                })
+        }
         _ => Ok(()),
     }
 }

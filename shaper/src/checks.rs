@@ -77,18 +77,18 @@ pub enum CheckError {
         /// The rate asked for, as given.
         rate: String,
     },
-    /// `--ingress-mode ifb` on a kernel without TCX. Seen on Debian's 6.1:
-    /// the IFB drops every packet `bpf_redirect` sends it (its rx_dropped
-    /// counts them; `ifb_xmit` drops packets without the `redirected` mark
-    /// that tc's mirred sets); on 6.12 it works. TCX (6.6) stands in for
-    /// the change until the kernel commit is pinned down; 6.6 itself is
-    /// untested.
+    /// `--ingress-mode ifb` on a kernel without TCX that cannot redirect
+    /// with tc's matchall filter and mirred action either. Below TCX the
+    /// shaper feeds the IFB with mirred, because `bpf_redirect` there does
+    /// not mark packets as redirected and the IFB drops them (see
+    /// `tc::mirred`).
     #[error(
-        "--ingress-mode ifb needs a kernel with TCX (Linux >= 6.6): on this kernel ({release}) \
-         the IFB drops the packets that the shaper's BPF redirect sends it. Use --ingress-mode \
+        "--ingress-mode ifb on this kernel ({release}, no TCX) redirects to the IFB with tc's \
+         matchall filter and mirred action, and the kernel has neither: load them with \
+         `modprobe cls_matchall act_mirred` (OpenWrt: kmod-sched), or use --ingress-mode \
          police (the default), which needs no IFB. Nothing was changed"
     )]
-    IfbNeedsTcx {
+    IfbNeedsMirred {
         /// `uname -r`.
         release: String,
     },

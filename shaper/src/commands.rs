@@ -42,7 +42,8 @@ impl Drop for UndoGuard {
 
 /// Checks the kernel can do what `run` needs: sch_fq when `egress` is
 /// shaped or an IFB is (`ifb`: it holds packets to their departure times),
-/// TCX for an IFB (see [`CheckError::IfbNeedsTcx`]), the TC hooks and BPF
+/// for an IFB without TCX matchall and mirred (see
+/// [`CheckError::IfbNeedsMirred`]), the TC hooks and BPF
 /// always. Changes nothing visible (the qdisc probes run in a throwaway
 /// network namespace).
 pub fn check_kernel(egress: Option<&RunConfig>, ifb: Option<&RunConfig>) -> Result<(), CheckError> {
@@ -60,8 +61,11 @@ pub fn check_kernel(egress: Option<&RunConfig>, ifb: Option<&RunConfig>) -> Resu
             rate: config.rate.to_string(),
         });
     }
-    if ifb.is_some() && !attach::kernel_has_tcx() {
-        return Err(CheckError::IfbNeedsTcx { release });
+    if ifb.is_some()
+        && !attach::kernel_has_tcx()
+        && !tc::probe_mirred().map_err(|e| probe_failed("matchall + mirred", e))?
+    {
+        return Err(CheckError::IfbNeedsMirred { release });
     }
     if !attach::kernel_has_tcx() && !tc::probe_clsact().map_err(|e| probe_failed("clsact", e))? {
         return Err(CheckError::NoClsact { release });

@@ -21,6 +21,9 @@
 //! 3. `ifb` mode: create the IFB (its ifindex recorded), then shape it;
 //! 4. on kernels without TCX, ensure clsact (recorded when created);
 //! 5. attach the ingress program (TCX link pinned, or a cls_bpf filter);
+//!    in `ifb` mode without TCX, a matchall filter with a mirred redirect
+//!    to the IFB instead (`bpf_redirect` cannot feed an IFB there, see
+//!    `tc::mirred`), and stop;
 //! 6. pin its maps under `<pin dir>/ingress/`.
 //!
 //! `detach` (called by `attach::undo`, before clsact is removed) reverses
@@ -48,7 +51,8 @@ use crate::{
     config::RunConfig,
     ifb,
     link::{Link, link_by_name},
-    state::{IfbRecord, IngressRecord, Paths, Record, ensure_bpffs},
+    state::{AttachMode, IfbRecord, IngressRecord, Paths, Record, ensure_bpffs},
+    tc,
 };
 
 /// How download traffic is shaped.
@@ -228,6 +232,9 @@ fn attach_steps(
 ) -> Result<(), AttachError> {
     if !kernel_has_tcx() {
         ensure_clsact(link, paths, record)?;
+        if let Some(ifb_ifindex) = record.ingress.as_ref().and_then(|i| i.ifb.as_ref()) {
+            return attach_mirred(link, ifb_ifindex.ifindex, paths, record);
+        }
     }
     let dir = pin_dir(paths);
     fs::create_dir_all(&dir).map_err(|e| pin_err("create", &dir, e))?;
@@ -265,6 +272,38 @@ fn attach_steps(
         pins = %dir.display(),
         program = program_name(mode),
         "attached at ingress"
+    );
+    Ok(())
+}
+
+/// `ifb` mode without TCX: tc's matchall + mirred sends every packet to the
+/// IFB instead of `shaper_redirect` (see `tc::mirred` for why), recorded
+/// the moment the kernel names the filter. Nothing is pinned: no program
+/// runs at the hook, and the IFB's pacer counts the packets.
+fn attach_mirred(
+    link: &Link,
+    ifb_ifindex: u32,
+    paths: &Paths,
+    record: &mut Record,
+) -> Result<(), AttachError> {
+    let id = tc::add_ingress_redirect(link.ifindex, ifb_ifindex).map_err(|e| {
+        AttachError::Classifier {
+            step: "adding the ingress redirect (matchall + mirred) to the IFB",
+            iface: link.name.clone(),
+            detail: e.to_string(),
+        }
+    })?;
+    if let Some(i) = record.ingress.as_mut() {
+        i.attach = Some(AttachMode::Mirred {
+            priority: id.priority,
+            handle: id.handle,
+        });
+    }
+    record.store(&paths.record)?;
+    info!(
+        iface = %link.name,
+        priority = id.priority,
+        "attached at ingress: tc clsact matchall, mirred redirect to the IFB"
     );
     Ok(())
 }

@@ -231,6 +231,15 @@ pub enum AttachMode {
         /// Filter handle.
         handle: u32,
     },
+    /// `ifb` mode without TCX: a matchall filter with a mirred redirect to
+    /// the IFB on clsact ingress (`tc::add_ingress_redirect`), found by
+    /// priority and handle. No BPF program runs at the hook.
+    Mirred {
+        /// Filter priority.
+        priority: u16,
+        /// Filter handle.
+        handle: u32,
+    },
 }
 
 /// What one `shaper run` did at an interface's ingress hook.
@@ -453,6 +462,7 @@ fn encode_attach(a: Option<AttachMode>) -> String {
         None => "none".to_owned(),
         Some(AttachMode::Tcx) => "tcx".to_owned(),
         Some(AttachMode::Netlink { priority, handle }) => format!("netlink:{priority}:{handle}"),
+        Some(AttachMode::Mirred { priority, handle }) => format!("mirred:{priority}:{handle}"),
     }
 }
 
@@ -462,11 +472,21 @@ fn decode_attach(v: &str) -> Result<Option<AttachMode>, String> {
         "tcx" => Ok(Some(AttachMode::Tcx)),
         v => {
             let mut parts = v.split(':');
+            let filter = |p: &str, h: &str| -> Result<(u16, u32), String> {
+                Ok((
+                    p.parse().map_err(|_| format!("bad priority {p}"))?,
+                    h.parse().map_err(|_| format!("bad handle {h}"))?,
+                ))
+            };
             match (parts.next(), parts.next(), parts.next(), parts.next()) {
-                (Some("netlink"), Some(p), Some(h), None) => Ok(Some(AttachMode::Netlink {
-                    priority: p.parse().map_err(|_| format!("bad priority {p}"))?,
-                    handle: h.parse().map_err(|_| format!("bad handle {h}"))?,
-                })),
+                (Some("netlink"), Some(p), Some(h), None) => {
+                    let (priority, handle) = filter(p, h)?;
+                    Ok(Some(AttachMode::Netlink { priority, handle }))
+                }
+                (Some("mirred"), Some(p), Some(h), None) => {
+                    let (priority, handle) = filter(p, h)?;
+                    Ok(Some(AttachMode::Mirred { priority, handle }))
+                }
                 _ => Err(format!("unknown attach mode {v}")),
             }
         }
@@ -595,7 +615,11 @@ mod tests {
             let back = Record::decode(&r.encode(), Path::new("x")).expect("decodes");
             assert_eq!(back, r);
         }
-        for attach in [None, Some(AttachMode::Tcx), sample().attach] {
+        let mirred = Some(AttachMode::Mirred {
+            priority: 49151,
+            handle: 1,
+        });
+        for attach in [None, Some(AttachMode::Tcx), sample().attach, mirred] {
             let r = Record {
                 ingress: Some(IngressRecord {
                     rate_bits_per_s: 100_000_000,
@@ -628,6 +652,8 @@ mod tests {
             format!("{good}ingress_rate_bits_per_s=1000\n"),
             format!("{good}ingress_rate_bits_per_s=x\ningress_attach=tcx\n"),
             format!("{good}ingress_rate_bits_per_s=1000\ningress_attach=xdp\n"),
+            format!("{good}ingress_rate_bits_per_s=1000\ningress_attach=mirred:1\n"),
+            format!("{good}ingress_rate_bits_per_s=1000\ningress_attach=mirred:x:1\n"),
             format!("{good}ingress_rate_bits_per_s=1000\ningress_attach=tcx\ningress_ifb=ifb4x\n"),
             format!(
                 "{good}ingress_rate_bits_per_s=1000\ningress_attach=tcx\ningress_ifb=ifb4x:y\n"

@@ -187,6 +187,7 @@ fn attach_name(a: Option<AttachMode>) -> &'static str {
     match a {
         Some(AttachMode::Tcx) => "tcx",
         Some(AttachMode::Netlink { .. }) => "tc clsact",
+        Some(AttachMode::Mirred { .. }) => "tc clsact mirred",
         None => "none",
     }
 }
@@ -206,6 +207,9 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
         Some(AttachMode::Tcx) => "tcx".to_owned(),
         Some(AttachMode::Netlink { priority, handle }) => {
             format!("tc clsact ingress pref {priority} handle {handle:#x}")
+        }
+        Some(AttachMode::Mirred { priority, handle }) => {
+            format!("tc clsact ingress matchall+mirred pref {priority} handle {handle:#x}")
         }
         None => "not attached".to_owned(),
     };
@@ -227,6 +231,15 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
                 f.name
             );
         }
+    }
+    if let (Some(AttachMode::Mirred { .. }), Some(f)) = (i.attach, &i.ifb) {
+        let _ = writeln!(
+            s,
+            "    no program at the hook: the IFB's pacer counts the packets (`shaper status \
+             --iface {}`)",
+            f.name
+        );
+        return;
     }
     match &st.ingress_counters {
         Some(counters) => {
@@ -267,6 +280,10 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
             Some(AttachMode::Tcx) => "tcx".to_owned(),
             Some(AttachMode::Netlink { priority, handle }) => {
                 format!("tc clsact egress pref {priority} handle {handle:#x}")
+            }
+            // Only ever an ingress hook; listed for completeness.
+            Some(AttachMode::Mirred { priority, handle }) => {
+                format!("tc clsact matchall+mirred pref {priority} handle {handle:#x}")
             }
             None => "not attached".to_owned(),
         };

@@ -456,6 +456,12 @@ fn probes_answer_from_the_kernel_config_and_leave_no_trace() {
         tc::probe_clsact().expect("probe clsact"),
         has("CONFIG_NET_SCH_INGRESS")
     );
+    assert_eq!(
+        tc::probe_mirred().expect("probe matchall + mirred"),
+        has("CONFIG_NET_SCH_INGRESS")
+            && has("CONFIG_NET_CLS_MATCHALL")
+            && has("CONFIG_NET_ACT_MIRRED")
+    );
     assert_eq!(threads(), threads_before, "a probe thread is still running");
     assert_same_view(&before, &traces(), "after the probes");
 }

@@ -161,12 +161,16 @@ pub fn run(args: LabArgs) -> Result<()> {
             .into());
         }
     }
-    if config.states.contains(&StateKind::ShaperIfb) && !crate::attach::kernel_has_tcx() {
+    // Without TCX, shaper-ifb feeds its IFB with tc's matchall + mirred.
+    if config.states.contains(&StateKind::ShaperIfb)
+        && !crate::attach::kernel_has_tcx()
+        && !crate::tc::probe_mirred().unwrap_or(false)
+    {
         return Err(LabUsageError::Invalid {
             flag: "--states",
-            detail: "state shaper-ifb needs a kernel with TCX (Linux >= 6.6; see `shaper run \
-                     --ingress-mode ifb`): leave it out, or run the lab in the VM (`cargo xtask \
-                     lab`)"
+            detail: "state shaper-ifb needs, on a kernel without TCX, tc's matchall filter and \
+                     mirred action (`modprobe cls_matchall act_mirred`): load them, leave the \
+                     state out, or run the lab in the VM (`cargo xtask lab`)"
                 .to_owned(),
         }
         .into());

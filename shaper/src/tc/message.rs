@@ -19,6 +19,7 @@ pub(crate) const RTM_GETQDISC: u16 = 38;
 pub(crate) const RTM_NEWTCLASS: u16 = 40;
 pub(crate) const RTM_GETTCLASS: u16 = 42;
 pub(crate) const RTM_NEWTFILTER: u16 = 44;
+pub(crate) const RTM_DELTFILTER: u16 = 45;
 pub(crate) const RTM_GETTFILTER: u16 = 46;
 pub(crate) const RTM_NEWCHAIN: u16 = 100;
 pub(crate) const RTM_GETCHAIN: u16 = 102;

@@ -31,7 +31,8 @@
 //! ACKs, dumps), `dump` (reading the tree), `snapshot` (the recorded tree and
 //! its file format), `check` (restorability), `fixups`, `filters`, `chains`,
 //! `order`, `class_hash`, `actions` (how to replay), `restore`, `install`,
-//! `fq` (sch_fq options), `probe` (kernel features), `clsact`.
+//! `fq` (sch_fq options), `probe` (kernel features), `clsact`, `mirred`
+//! (the ingress redirect to an IFB on kernels without TCX).
 //!
 //! Non-goals: shared filter blocks, offloaded (hardware) state, statistics,
 //! estimators (refused).
@@ -47,6 +48,7 @@ mod fixups;
 mod fq;
 mod install;
 pub mod message;
+mod mirred;
 pub(crate) mod netlink;
 mod order;
 mod probe;
@@ -59,7 +61,8 @@ pub use clsact::{add_clsact, delete_clsact, has_clsact};
 pub use fq::FqParams;
 pub use install::{install_fq_root, install_root};
 pub use message::{Attr, Handle, TC_H_INGRESS, TC_H_ROOT, TCA_KIND, TCA_OPTIONS, encode_attrs};
-pub use probe::{probe_clsact, probe_qdisc_kind};
+pub use mirred::{FilterId, add_ingress_redirect, delete_ingress_redirect};
+pub use probe::{probe_clsact, probe_mirred, probe_qdisc_kind};
 pub use restore::restore;
 pub use snapshot::{Snapshot, TcObject, U32Root};
 

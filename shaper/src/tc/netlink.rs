@@ -27,6 +27,8 @@ const NLMSG_ERROR: u16 = 2;
 const NLMSG_DONE: u16 = 3;
 
 pub(crate) const NLM_F_REQUEST: u16 = 0x1;
+/// Ask the kernel to send the created object back (a filter's priority).
+pub(crate) const NLM_F_ECHO: u16 = 0x8;
 const NLM_F_MULTI: u16 = 0x2;
 const NLM_F_ACK: u16 = 0x4;
 const NLM_F_DUMP_INTR: u16 = 0x10;

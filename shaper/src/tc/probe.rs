@@ -44,6 +44,25 @@ pub fn probe_clsact() -> Result<bool, TcError> {
     in_private_netns(|| try_add(TC_H_INGRESS, INGRESS_HANDLE, "clsact"))
 }
 
+/// True if the kernel can redirect a device's ingress with a `matchall`
+/// filter and a `mirred` action (`ifb` mode without TCX; see `mirred`).
+/// Probed like [`probe_clsact`]: clsact on `lo`, then the filter, which
+/// redirects `lo` to itself in a namespace nothing ever sends to.
+/// `ENOENT` (unknown filter or action kind) and `EOPNOTSUPP` mean no.
+pub fn probe_mirred() -> Result<bool, TcError> {
+    in_private_netns(|| {
+        if !try_add(TC_H_INGRESS, INGRESS_HANDLE, "clsact")? {
+            return Ok(false);
+        }
+        let mut nl = open()?;
+        match super::mirred::add_with(&mut nl, LOOPBACK_IFINDEX, LOOPBACK_IFINDEX) {
+            Ok(_) => Ok(true),
+            Err(e) if matches!(e.errno(), Some(libc::ENOENT | libc::EOPNOTSUPP)) => Ok(false),
+            Err(e) => Err(e),
+        }
+    })
+}
+
 /// Adds `kind` at `parent` of `lo`; maps "unknown/unsupported" to false.
 fn try_add(parent: u32, handle: u32, kind: &str) -> Result<bool, TcError> {
     let mut nl = open()?;
