@@ -4,10 +4,14 @@
 //! `core::sync::atomic` offers no read-modify-write methods there; the
 //! compiler intrinsics lower to the BPF ISA v3 atomics (`BPF_ADD`,
 //! `BPF_CMPXCHG`, kernel 5.12 and later), which the build selects with
-//! `-C target-cpu=v3`. All orderings are relaxed: the values are counters
-//! and an epoch number, and no other memory is published through them.
+//! `-C target-cpu=v3`. The orderings are relaxed, since the values are
+//! counters and an epoch number and no other memory is published through
+//! them, except where a result is read: see [`fetch_add`].
 
-use core::intrinsics::{AtomicOrdering::Relaxed, atomic_cxchg, atomic_xadd};
+use core::intrinsics::{
+    AtomicOrdering::{Relaxed, SeqCst},
+    atomic_cxchg, atomic_xadd,
+};
 
 /// Adds `v` to `*p`.
 ///
@@ -21,12 +25,20 @@ pub unsafe fn add(p: *mut u64, v: u64) {
 
 /// Adds `v` to `*p` and returns the previous value (`BPF_ADD | BPF_FETCH`).
 ///
+/// Sequentially consistent, not relaxed: LLVM 22's BPF backend selects the
+/// non-fetching `lock *(u64 *)(p) += v` for a relaxed `atomicrmw` even when
+/// its result is used, so the "previous value" is the addend (LLVM issue
+/// 210280, "[BPF] Live monotonic atomicrmw lowers to non-FETCH and returns
+/// wrong value"). Any stronger ordering selects `atomic_fetch_add`, and on
+/// BPF both are the same full barrier. `prog_test_run_fair` checks the
+/// result through the join rule.
+///
 /// # Safety
 /// As for [`add`].
 #[inline(always)]
 pub unsafe fn fetch_add(p: *mut u64, v: u64) -> u64 {
     // SAFETY: the caller's contract.
-    unsafe { atomic_xadd::<u64, u64, { Relaxed }>(p, v) }
+    unsafe { atomic_xadd::<u64, u64, { SeqCst }>(p, v) }
 }
 
 /// Reads `*p`. An aligned 8-byte BPF load is single-copy atomic; LLVM's

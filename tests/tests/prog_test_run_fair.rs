@@ -385,3 +385,35 @@ fn on_an_ifb_stamps_are_mono_delivery_times_and_receive_times_are_ignored() {
     // mono mark itself is checked by the IFB tests in the VM, where a wrong
     // type would get every packet dropped or held.)
 }
+
+/// A lone flow's first backlogged packet of an epoch is no join: the share
+/// stays whole. The join rule reads the count before its own increment
+/// (`fetch_add`); compiled as a plain atomic add it read the addend, took
+/// every lone flow for a second one and halved its share (a third beside
+/// one sparse flow, through the cap).
+#[test]
+fn a_lone_backlogged_flow_keeps_the_whole_rate() {
+    let Some(mut h) = Harness::load() else { return };
+    one_set(&mut h);
+    let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
+    let state = FairState {
+        epoch: now_epoch,
+        mult_q16: MULT_ONE,
+        ..FairState::default()
+    };
+    h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+    let p = udp4_ecn(5100, 0);
+    h.run(&p.bytes, None); // new flow: passes
+    let out = h.run(&p.bytes, None); // paced: the first backlogged flow
+    assert_ne!(out.ctx.tstamp, 0, "the second packet is paced");
+    let after = h.fair.get(&0, 0).expect("read");
+    if after.epoch != now_epoch {
+        eprintln!("skipped: crossed an epoch boundary during the test");
+        return;
+    }
+    assert_eq!(after.backlogged_now, 1);
+    assert_eq!(
+        after.mult_q16, MULT_ONE,
+        "one backlogged flow: the whole rate"
+    );
+}

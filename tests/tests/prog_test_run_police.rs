@@ -14,6 +14,7 @@ use shaper_common::{
     POLICE_PROGRAM,
     codel::CodelState,
     counters::Counter,
+    fair::{EPOCH_SHIFT, FairState, MULT_ONE},
     flow::FlowSet,
     police::{LinkState, MIN_PASSED_BETWEEN_SIGNALS, SINCE_SHIFT},
 };
@@ -269,5 +270,34 @@ fn a_clock_past_the_horizon_is_pulled_back_and_counted() {
         t <= now + 600 * MS,
         "the clock is within the horizon (500 ms) plus one packet: {} ms ahead",
         t.saturating_sub(now) / MS
+    );
+}
+
+/// A lone flow behind its clock is one backlogged flow, not a join: the
+/// share stays whole (as on egress; see `prog_test_run_fair`).
+#[test]
+fn a_lone_flow_behind_its_clock_keeps_the_whole_rate() {
+    let Some(mut h) = police_harness() else {
+        return;
+    };
+    let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
+    let state = FairState {
+        epoch: now_epoch,
+        mult_q16: MULT_ONE,
+        ..FairState::default()
+    };
+    h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+    let p = udp4_ecn(5200, 0);
+    h.run(&p.bytes, None); // new flow: its clock was idle
+    h.run(&p.bytes, None); // behind its clock: the first backlogged flow
+    let after = h.fair.get(&0, 0).expect("read SHAPER_FAIR");
+    if after.epoch != now_epoch {
+        eprintln!("skipped: crossed an epoch boundary during the test");
+        return;
+    }
+    assert_eq!(after.backlogged_now, 1);
+    assert_eq!(
+        after.mult_q16, MULT_ONE,
+        "one backlogged flow: the whole rate"
     );
 }
