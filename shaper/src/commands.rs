@@ -203,7 +203,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         ));
         let pipeline = match shaped.as_mut() {
             Some(shaped) if !args.no_telemetry => {
-                let (ring, counters) = telemetry::source::pacer(&mut shaped.ebpf)?;
+                let fair = egress
+                    .as_ref()
+                    .is_some_and(|c| c.pacer.kind == crate::pacer::PacerKind::Fair);
+                let (ring, counters) = telemetry::source::pacer(&mut shaped.ebpf, fair)?;
                 let mut opts =
                     PipelineOptions::new(&link.name, "shaper", Output::detect(args.json));
                 opts.top = args.top;

@@ -122,7 +122,7 @@ pub fn run(opts: &ScaleOptions) -> Result<ScaleReport> {
         .try_into()
         .context("the egress program is not a classifier")?;
     let prog_fd = prog.fd()?.try_clone()?;
-    let (ring, counters) = crate::telemetry::source::pacer(&mut ebpf)?;
+    let (ring, counters) = crate::telemetry::source::pacer(&mut ebpf, config.fair())?;
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)

@@ -68,6 +68,9 @@ pub struct FlowSpec {
     pub udp: bool,
     /// Reverse (`-R`): the server sends toward `from` (a download).
     pub reverse: bool,
+    /// UDP payload bytes per datagram (`-l`); `None` for iperf3's default
+    /// (the path MTU's worth).
+    pub datagram_len: Option<u32>,
 }
 
 impl FlowSpec {
@@ -81,6 +84,7 @@ impl FlowSpec {
             bitrate: None,
             udp: false,
             reverse: false,
+            datagram_len: None,
         }
     }
 
@@ -93,6 +97,7 @@ impl FlowSpec {
             bitrate: Some(rate),
             udp: true,
             reverse: false,
+            datagram_len: None,
         }
     }
 
@@ -105,6 +110,14 @@ impl FlowSpec {
     /// The same with each stream limited to `rate` by iperf3.
     pub fn with_bitrate(mut self, rate: Rate) -> Self {
         self.bitrate = Some(rate);
+        self
+    }
+
+    /// The same with UDP datagrams of `len` payload bytes: with `bitrate`
+    /// this sets the packet rate (a sparse flow of 1 packet per second is
+    /// `len` 1000 at 8 kbit/s).
+    pub fn with_datagram_len(mut self, len: u32) -> Self {
+        self.datagram_len = Some(len);
         self
     }
 
@@ -240,6 +253,9 @@ impl IperfClient {
         }
         if spec.udp {
             cmd.arg("-u");
+        }
+        if let Some(len) = spec.datagram_len {
+            cmd.args(["-l", &len.to_string()]);
         }
         if spec.reverse {
             cmd.arg("-R");

@@ -2,7 +2,10 @@
 //!
 //! Names follow Prometheus conventions: a `shaper_` prefix, base units in
 //! the name (`_seconds`, `_bytes`), `_total` on counters. Per interface:
-//! the kernel's exact counters as `shaper_<name>_total`, the sampled
+//! the kernel's exact counters as `shaper_<name>_total`, its gauges as
+//! `shaper_<name>` (the fair pacer's `fair_multiplier`,
+//! `fair_share_bytes_per_second`, `fair_active_flows` and
+//! `fair_backlogged_flows`), the sampled
 //! delay as a summary `shaper_delay_seconds{quantile=…}`, and
 //! `shaper_flows`. Per flow, only the top N by rate (bounding label
 //! cardinality): `shaper_flow_rate_bytes_per_second`,
@@ -37,6 +40,10 @@ pub fn render(iface: &str, t: &FlowTable, s: &Summary, w: &Window, top: usize) -
     for (name, v) in &s.counters {
         let _ = writeln!(o, "# TYPE shaper_{name}_total counter");
         let _ = writeln!(o, "shaper_{name}_total{{iface=\"{i}\"}} {v}");
+    }
+    for (name, v) in &s.gauges {
+        let _ = writeln!(o, "# TYPE shaper_{name} gauge");
+        let _ = writeln!(o, "shaper_{name}{{iface=\"{i}\"}} {v}");
     }
     let _ = writeln!(o, "# HELP shaper_flows Flows the controller tracks.");
     let _ = writeln!(o, "# TYPE shaper_flows gauge");
@@ -194,7 +201,11 @@ mod tests {
         e.key.family = 4;
         e.key.proto = 6;
         t.record(&e);
-        let s = Summary::from_table("wan\"0", &t, 0, vec![("packets", 10), ("events_lost", 0)]);
+        let readings = super::super::pipeline::Readings {
+            counters: vec![("packets", 10), ("events_lost", 0)],
+            gauges: vec![("fair_multiplier", 1.5), ("fair_active_flows", 3.0)],
+        };
+        let s = Summary::from_table("wan\"0", &t, 0, readings);
         let w = t.take_window();
         let text = render("wan\"0", &t, &s, &w, 10);
         assert!(
@@ -202,6 +213,15 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("# TYPE shaper_delay_seconds summary"));
+        assert!(
+            text.contains("# TYPE shaper_fair_multiplier gauge"),
+            "{text}"
+        );
+        assert!(
+            text.contains("shaper_fair_multiplier{iface=\"wan\\\"0\"} 1.5"),
+            "{text}"
+        );
+        assert!(text.contains("shaper_fair_active_flows{iface=\"wan\\\"0\"} 3"));
         assert!(text.contains(
             "shaper_flow_bytes_total{iface=\"wan\\\"0\",flow=\"0.0.0.0 > 0.0.0.0 tcp\"} 1000"
         ));

@@ -55,9 +55,30 @@ impl Output {
     }
 }
 
-/// Exact counters read from the kernel each interval, by stable name
-/// (`events_lost` among them when the program has it).
-pub type CounterSource = Box<dyn FnMut() -> Vec<(&'static str, u64)> + Send>;
+/// What the kernel reports each interval, by stable name: exact counters
+/// (`events_lost` among them when the program has it) and gauges, values
+/// of the moment in the unit their name ends in (the fair pacer's
+/// multiplier and flow counts, so an operator sees the share move).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Readings {
+    /// Monotonic counters.
+    pub counters: Vec<(&'static str, u64)>,
+    /// Gauges.
+    pub gauges: Vec<(&'static str, f64)>,
+}
+
+impl From<Vec<(&'static str, u64)>> for Readings {
+    /// Counters alone, no gauges.
+    fn from(counters: Vec<(&'static str, u64)>) -> Self {
+        Self {
+            counters,
+            gauges: Vec::new(),
+        }
+    }
+}
+
+/// Reads the kernel's [`Readings`] once per interval.
+pub type CounterSource = Box<dyn FnMut() -> Readings + Send>;
 
 /// Pipeline settings.
 #[derive(Clone, Debug)]
@@ -133,6 +154,8 @@ pub struct Summary {
     pub events_dropped_user: u64,
     /// The kernel's exact counters at the end.
     pub counters: Vec<(&'static str, u64)>,
+    /// The kernel's gauges at the end ([`Readings::gauges`]).
+    pub gauges: Vec<(&'static str, f64)>,
 }
 
 impl Summary {
@@ -148,8 +171,9 @@ impl Summary {
         iface: &str,
         t: &FlowTable,
         dropped_user: u64,
-        counters: Vec<(&'static str, u64)>,
+        readings: impl Into<Readings>,
     ) -> Self {
+        let Readings { counters, gauges } = readings.into();
         let d = &t.iface.delay;
         let q = |x: f64| {
             if d.is_empty() {
@@ -176,6 +200,7 @@ impl Summary {
             marks: t.iface.marks,
             events_dropped_user: dropped_user,
             counters,
+            gauges,
         }
     }
 }

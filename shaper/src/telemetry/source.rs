@@ -1,14 +1,24 @@
-//! Where the pacer's records and counters come from: the loaded object's
-//! `SHAPER_EVENTS` ring buffer and `SHAPER_COUNTERS` per-CPU array, taken
-//! out of the `Ebpf` (the pins, made before, keep their own references).
+//! Where the pacer's records and readings come from: the loaded object's
+//! `SHAPER_EVENTS` ring buffer, its `SHAPER_COUNTERS` per-CPU array, and for
+//! the fair pacer the gauges of its shared state (`SHAPER_FAIR`, with the
+//! rate from `SHAPER_CONFIG`, which `set-rate` changes), taken out of the
+//! `Ebpf` (the pins, made before, keep their own references).
 
 use aya::{
     Ebpf,
-    maps::{MapData, PerCpuArray, RingBuf},
+    maps::{Array, MapData, PerCpuArray, RingBuf},
 };
-use shaper_common::{counters::Counter, maps};
+use shaper_common::{
+    config::PacerConfig,
+    counters::Counter,
+    fair::{FairState, MULT_ONE},
+    maps,
+};
 
-use super::{TelemetryError, pipeline::CounterSource};
+use super::{
+    TelemetryError,
+    pipeline::{CounterSource, Readings},
+};
 
 fn ring_err(map: &str, detail: impl std::fmt::Display) -> TelemetryError {
     TelemetryError::Ring {
@@ -17,19 +27,56 @@ fn ring_err(map: &str, detail: impl std::fmt::Display) -> TelemetryError {
     }
 }
 
-/// The pacer's ring buffer and a reader of its exact counters.
-pub fn pacer(ebpf: &mut Ebpf) -> Result<(RingBuf<MapData>, CounterSource), TelemetryError> {
-    let ring = ebpf
-        .take_map(maps::EVENTS)
-        .ok_or_else(|| ring_err(maps::EVENTS, "the BPF object has no such map"))?;
-    let ring = RingBuf::try_from(ring).map_err(|e| ring_err(maps::EVENTS, e))?;
-    let counters = ebpf
-        .take_map(maps::COUNTERS)
-        .ok_or_else(|| ring_err(maps::COUNTERS, "the BPF object has no such map"))?;
-    let counters: PerCpuArray<MapData, u64> =
-        PerCpuArray::try_from(counters).map_err(|e| ring_err(maps::COUNTERS, e))?;
+fn take<T: TryFrom<aya::maps::Map>>(ebpf: &mut Ebpf, map: &str) -> Result<T, TelemetryError>
+where
+    T::Error: std::fmt::Display,
+{
+    let m = ebpf
+        .take_map(map)
+        .ok_or_else(|| ring_err(map, "the BPF object has no such map"))?;
+    T::try_from(m).map_err(|e| ring_err(map, e))
+}
+
+/// The fair pacer's gauges from its shared state and configuration: the
+/// multiplier `m`, the share each backlogged flow gets (the rate over
+/// `m`), and the active and backlogged flow counts as `shaper status`
+/// reports them. Empty when a map cannot be read.
+pub fn fair_gauges(state: &FairState, config: &PacerConfig) -> Vec<(&'static str, f64)> {
+    let m = state.mult_q16.max(MULT_ONE);
+    vec![
+        ("fair_multiplier", m as f64 / MULT_ONE as f64),
+        (
+            "fair_share_bytes_per_second",
+            crate::status::fair_share(config.rate_bytes_per_s, m) as f64,
+        ),
+        (
+            "fair_active_flows",
+            state.active_last.max(state.active_now) as f64,
+        ),
+        (
+            "fair_backlogged_flows",
+            state.backlogged_ref_q8.div_ceil(256) as f64,
+        ),
+    ]
+}
+
+/// The pacer's ring buffer and a reader of its counters and, when `fair`,
+/// of the fair pacer's gauges ([`fair_gauges`]).
+pub fn pacer(
+    ebpf: &mut Ebpf,
+    fair: bool,
+) -> Result<(RingBuf<MapData>, CounterSource), TelemetryError> {
+    let shared = if fair {
+        let state: Array<MapData, FairState> = take(ebpf, maps::FAIR)?;
+        let config: Array<MapData, PacerConfig> = take(ebpf, maps::CONFIG)?;
+        Some((state, config))
+    } else {
+        None
+    };
+    let ring: RingBuf<MapData> = take(ebpf, maps::EVENTS)?;
+    let counters: PerCpuArray<MapData, u64> = take(ebpf, maps::COUNTERS)?;
     let read: CounterSource = Box::new(move || {
-        Counter::ALL
+        let counters = Counter::ALL
             .iter()
             .map(|&c| {
                 let sum = counters
@@ -38,7 +85,41 @@ pub fn pacer(ebpf: &mut Ebpf) -> Result<(RingBuf<MapData>, CounterSource), Telem
                     .unwrap_or(0);
                 (c.name(), sum)
             })
-            .collect()
+            .collect();
+        let gauges = shared
+            .as_ref()
+            .and_then(|(state, config)| Some((state.get(&0, 0).ok()?, config.get(&0, 0).ok()?)))
+            .map(|(s, c)| fair_gauges(&s, &c))
+            .unwrap_or_default();
+        Readings { counters, gauges }
     });
     Ok((ring, read))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fair_gauges_show_the_share_and_the_counts() {
+        let state = FairState {
+            mult_q16: 2 * MULT_ONE,
+            active_now: 3,
+            active_last: 2,
+            backlogged_ref_q8: 300,
+            ..FairState::default()
+        };
+        let rate = shaper_common::rate::ScaledRate::from_bytes_per_s(1_000_000).expect("rate");
+        let config = PacerConfig::new(1_000_000, rate);
+        let g = fair_gauges(&state, &config);
+        assert_eq!(
+            g,
+            vec![
+                ("fair_multiplier", 2.0),
+                ("fair_share_bytes_per_second", 500_000.0),
+                ("fair_active_flows", 3.0),
+                ("fair_backlogged_flows", 2.0),
+            ]
+        );
+    }
 }

@@ -39,6 +39,26 @@ fn counters_json(c: &[(&'static str, u64)]) -> Value {
     Value::Object(c.iter().map(|(n, v)| ((*n).to_owned(), json!(v))).collect())
 }
 
+fn gauges_json(g: &[(&'static str, f64)]) -> Value {
+    Value::Object(g.iter().map(|(n, v)| ((*n).to_owned(), json!(v))).collect())
+}
+
+/// The fair share as text, e.g. ` share 1/1.00 (active 2, backlogged 1)`,
+/// or nothing without the fair pacer's gauges.
+fn share_text(s: &Summary) -> String {
+    let g = |name: &str| s.gauges.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
+    match (
+        g("fair_multiplier"),
+        g("fair_active_flows"),
+        g("fair_backlogged_flows"),
+    ) {
+        (Some(m), Some(a), Some(b)) => {
+            format!(" share=1/{m:.2} (active {a:.0}, backlogged {b:.0})")
+        }
+        _ => String::new(),
+    }
+}
+
 /// One flow as a JSON record.
 pub fn flow_json(iface: &str, row: &FlowRow<'_>) -> Value {
     let s = row.stats;
@@ -80,6 +100,7 @@ pub fn summary_json(s: &Summary) -> Value {
         "events_lost": s.events_lost(),
         "events_dropped_user": s.events_dropped_user,
         "counters": counters_json(&s.counters),
+        "gauges": gauges_json(&s.gauges),
     })
 }
 
@@ -167,6 +188,7 @@ impl Emitter {
                     "events_lost": s.events_lost(),
                     "events_dropped_user": s.events_dropped_user,
                     "counters": counters_json(&s.counters),
+                    "gauges": gauges_json(&s.gauges),
                 })
                 .to_string();
                 lines.push('\n');
@@ -187,7 +209,7 @@ impl Emitter {
                 });
                 format!(
                     "{} {} t={:.0}s flows={} delay p50={:.2}ms p99={:.2}ms ({} samples this interval) \
-                     drops={} marks={} lost={}{}\n",
+                     drops={} marks={} lost={}{}{}\n",
                     self.source,
                     self.iface,
                     elapsed.as_secs_f64(),
@@ -198,12 +220,13 @@ impl Emitter {
                     s.aqm_drops + s.horizon_drops,
                     s.marks,
                     s.events_lost().unwrap_or(0) + s.events_dropped_user,
+                    share_text(s),
                     busiest
                 )
             }
             Output::Live => format!(
                 "\x1b[H\x1b[2J{} {}: {:.0} s, {} flows, delay over the last second p50 {:.2} \
-                 ms p99 {:.2} ms, drops {}, marks {}, lost events {}\n\n{}",
+                 ms p99 {:.2} ms, drops {}, marks {}, lost events {}{}\n\n{}",
                 self.source,
                 self.iface,
                 elapsed.as_secs_f64(),
@@ -213,6 +236,7 @@ impl Emitter {
                 s.aqm_drops + s.horizon_drops,
                 s.marks,
                 s.events_lost().unwrap_or(0) + s.events_dropped_user,
+                share_text(s),
                 table_text(t, self.top)
             ),
         };

@@ -337,6 +337,7 @@ pub fn run(args: TraceArgs) -> Result<()> {
             read_counters(shared.as_ref())
                 .map(|c| c.named())
                 .unwrap_or_default()
+                .into()
         });
         let mut opts = PipelineOptions::new(&args.iface, "trace", Output::detect(args.json));
         opts.metrics = args.metrics;
