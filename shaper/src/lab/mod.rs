@@ -18,6 +18,8 @@
 //! - [`cpu`]: whole-machine CPU time from /proc/stat over a run.
 //! - [`stats`]: percentiles, mean, Jain's fairness index.
 //! - [`scenario`]: one run of all of the above, returning a [`RunResult`].
+//! - [`cases`]: named traffic cases under CAKE and the shaper, which the
+//!   VM tests and the benchmark share.
 //! - [`cli`], [`run`], [`report`], [`plot`]: the `shaper lab` command (seed
 //!   000's method per state, the JSON, the Markdown tables, the SVG plots).
 //!
@@ -39,6 +41,7 @@
 //! make absolute figures meaningful under emulation (compare states measured
 //! in the same run instead).
 
+pub mod cases;
 pub mod cli;
 pub mod cpu;
 pub mod ping;

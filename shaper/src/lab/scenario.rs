@@ -59,9 +59,10 @@ pub struct Scenario {
     pub timing: Timing,
     /// A live rate change, if any.
     pub rate_change: Option<RateChange>,
-    /// Read the shaper's counters this often during the run (`None`: only
-    /// after it). Each read runs `shaper status`, which costs CPU: leave it
-    /// off where CPU is measured.
+    /// Read the shaper's counters (and, for every state, the WAN root
+    /// qdisc's statistics) this often during the run (`None`: only after
+    /// it). Each read runs `shaper status` and `tc`, which costs CPU: leave
+    /// it off where CPU is measured.
     pub counter_every: Option<Duration>,
 }
 
@@ -131,6 +132,9 @@ pub struct RunResult {
     /// Counters read during the run (seconds after the clients started,
     /// counters), when the scenario asked for them and the state has them.
     pub counter_series: Vec<(f64, BTreeMap<String, u64>)>,
+    /// The WAN root qdisc's statistics read at the same times, for every
+    /// state (what left the router, whatever shaped it).
+    pub qdisc_series: Vec<(f64, QdiscStats)>,
     /// When the rate change was issued and when its command returned, after
     /// the clients started.
     pub rate_changed_at: Option<(Duration, Duration)>,
@@ -259,10 +263,9 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
     });
     let mut rate_changed_at = None;
     let mut counter_series = Vec::new();
+    let mut qdisc_series = Vec::new();
     let mut pending_change = scenario.rate_change;
-    let sample_every = scenario
-        .counter_every
-        .filter(|_| scenario.state.runs_shaper());
+    let sample_every = scenario.counter_every;
     let mut next_sample = sample_every;
     let end = scenario.timing.total();
     loop {
@@ -279,8 +282,13 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
             pending_change = None;
         }
         if let (Some(t), Some(every)) = (next_sample.filter(|&t| t <= due), sample_every) {
-            if let Ok(c) = applied.counters() {
+            if scenario.state.runs_shaper()
+                && let Ok(c) = applied.counters()
+            {
                 counter_series.push((started.elapsed().as_secs_f64(), c));
+            }
+            if let Ok(q) = applied.qdisc_stats() {
+                qdisc_series.push((started.elapsed().as_secs_f64(), q));
             }
             next_sample = Some(t + every);
         }
@@ -320,6 +328,7 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
         counters,
         qdisc,
         counter_series,
+        qdisc_series,
         rate_changed_at,
         phases,
     };
