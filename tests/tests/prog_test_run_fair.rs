@@ -242,11 +242,13 @@ fn roll_with_one_packet(
 #[test]
 fn the_multiplier_is_capped_by_the_active_flows() {
     let Some(mut h) = Harness::load() else { return };
-    // Slow-start bursts: m at 8 and the epoch twice over, with one flow
-    // in the last activity window and none yet in this one.
+    // Slow-start bursts: m at 8 and the epoch twice over, with one flow in
+    // the last activity window and the same one in this one (so the count
+    // is one whether or not the epoch change also starts a new window).
     let state = FairState {
         mult_q16: 8 * MULT_ONE,
         active_last: 1,
+        active_now: 1,
         ..FairState::default()
     };
     let Some((_, _, after)) = roll_with_one_packet(&mut h, state, EPOCH_NS * 2) else {

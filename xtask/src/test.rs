@@ -11,7 +11,8 @@
 //! 5. vm: the same test binaries (but the host-only ones, see [`HOST_ONLY`])
 //!    inside the VM on each chosen stock kernel, with
 //!    `SHAPER_REQUIRE_FULL_KERNEL=1`, so a feature-gated test that would skip
-//!    fails instead, and `SHAPER_KERNEL_CONFIG` naming the guest's config.
+//!    fails instead, and `SHAPER_KERNEL_CONFIG` naming the guest's config;
+//!    the comparisons in [`MAIN_KERNEL_ONLY`] run on 6.12 alone.
 
 use std::{
     path::{Path, PathBuf},
@@ -46,12 +47,29 @@ pub struct TestArgs {
 /// and under emulation they cost minutes.
 const HOST_ONLY: &[&str] = &["cli_bad_input"];
 
-/// True when `bin` (a cargo test executable, `name-<hash>`) is host-only.
-fn host_only(bin: &Path) -> bool {
+/// Test binaries that run in the VM on the main kernel (6.12, the series
+/// OpenWrt 25.12 runs) only: comparisons against CAKE whose traffic does
+/// not depend on the kernel's interface, minutes under emulation each.
+const MAIN_KERNEL_ONLY: &[&str] = &["lone_flow_vm"];
+
+/// The test's name of `bin` (a cargo test executable, `name-<hash>`).
+fn test_name(bin: &Path) -> Option<&str> {
     bin.file_name()
         .and_then(|n| n.to_str())
         .and_then(|n| n.rsplit_once('-'))
-        .is_some_and(|(name, _)| HOST_ONLY.contains(&name))
+        .map(|(name, _)| name)
+}
+
+/// True when `bin` is host-only.
+fn host_only(bin: &Path) -> bool {
+    test_name(bin).is_some_and(|name| HOST_ONLY.contains(&name))
+}
+
+/// True when `bin` runs in the VM on `kernel`.
+fn runs_on(bin: &Path, kernel: vm::Kernel) -> bool {
+    !host_only(bin)
+        && (kernel == vm::Kernel::V6_12
+            || !test_name(bin).is_some_and(|name| MAIN_KERNEL_ONLY.contains(&name)))
 }
 
 struct Stage {
@@ -218,7 +236,7 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
                 ];
                 // One boot runs every binary; the script's status is the worst.
                 let mut script = String::from("cd tests || exit 1; rc=0; ");
-                for bin in bins.iter().filter(|b| !host_only(b)) {
+                for bin in bins.iter().filter(|b| runs_on(b, kernel)) {
                     script.push_str(&format!(
                         "{} --test-threads=1 {} || rc=1; ",
                         sh_quote(&bin.display().to_string()),
@@ -289,6 +307,19 @@ mod tests {
             executables(json),
             vec![PathBuf::from("/w/target/debug/deps/tc_restore-abc")]
         );
+    }
+
+    #[test]
+    fn main_kernel_only_binaries_skip_the_other_kernels() {
+        let lone = Path::new("/t/debug/deps/lone_flow_vm-0123abcd");
+        assert!(runs_on(lone, vm::Kernel::V6_12));
+        assert!(!runs_on(lone, vm::Kernel::V6_1));
+        let shaping = Path::new("/t/debug/deps/shaping-0123abcd");
+        assert!(runs_on(shaping, vm::Kernel::V6_1));
+        assert!(!runs_on(
+            Path::new("/t/debug/deps/cli_bad_input-0123abcd"),
+            vm::Kernel::V6_12
+        ));
     }
 
     #[test]
