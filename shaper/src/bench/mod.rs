@@ -23,11 +23,14 @@
 //! `kernel_release`, ...), and `vm`
 //! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress}` for
 //! the download, each with `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`,
-//! `softirq_cpu_per_mbit`), or null.
+//! `softirq_cpu_per_mbit`; the traffic cases of [`cases`],
+//! `lone_flow.<case>`, `bulk_beside_sparse` and `many_flows.<n>`, each with
+//! `shaper` and `cake` medians), or null.
 //!
 //! Non-goals: pass/fail thresholds (the tests assert; this reports), and
 //! history or comparison between runs.
 
+pub mod cases;
 pub mod frames;
 pub mod host;
 pub mod scale;
@@ -80,6 +83,11 @@ pub struct BenchArgs {
     /// Lab part: skip the download (ingress) states.
     #[arg(long)]
     pub no_ingress: bool,
+    /// Lab part: repetitions of each traffic case (a lone flow on each
+    /// path, a bulk flow beside sparse flows, 64 and 256 flows), each under
+    /// CAKE and the shaper; 0 skips them.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub case_reps: u32,
     /// Run only the telemetry scale part (the host part runs it in a child
     /// process of its own, so its RSS is the controller's alone).
     #[arg(long, conflicts_with_all = ["vm_part", "merge_vm"])]
@@ -119,6 +127,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             duration: args.duration,
             aggregate: !args.no_aggregate,
             ingress: !args.no_ingress,
+            case_reps: args.case_reps,
+            case_duration: Duration::from_secs(5),
         };
         let report = vm::run(&opts).context("the lab part failed")?;
         let doc = serde_json::to_value(&report)?;
@@ -338,6 +348,9 @@ fn vm_table(vm: &Value) -> String {
                 cpu
             ));
         }
+    }
+    if vm.get("lone_flow").is_some() {
+        s.push_str(&cases::table(vm));
     }
     for w in vm
         .get("warnings")

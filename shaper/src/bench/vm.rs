@@ -28,8 +28,12 @@
 //! an IFB (`--ingress-mode ifb`). The baseline is the same download paced
 //! by iperf3 to the state's goodput.
 //!
-//! Non-goals: repetitions, fairness between unequal flows (the lab's tests
-//! cover that), GSO-off runs.
+//! Traffic cases ([`super::cases`]): a lone flow on each path, a bulk flow
+//! beside sparse flows, and many flows, under CAKE and the shaper,
+//! repeated and reported as medians.
+//!
+//! Non-goals: repetitions of the states above, fairness between unequal
+//! flows (the lab's tests cover that), GSO-off runs.
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration, time::Instant};
 
@@ -65,6 +69,10 @@ pub struct VmOptions {
     pub aggregate: bool,
     /// Also run the download states (ingress shaping).
     pub ingress: bool,
+    /// Repetitions of each traffic case ([`super::cases`]); 0 skips them.
+    pub case_reps: u32,
+    /// Measured time of each traffic case's run.
+    pub case_duration: Duration,
 }
 
 /// One state's figures.
@@ -131,6 +139,9 @@ pub struct VmReport {
     pub aggregate: Option<StateResult>,
     /// Download shaped at the WAN ingress, if run.
     pub ingress: Option<IngressResult>,
+    /// The traffic cases, if run (their keys at this level).
+    #[serde(flatten)]
+    pub cases: Option<super::cases::CasesReport>,
     /// Wall time of the lab part, s.
     pub wall_s: f64,
     /// Signs that the figures are not trustworthy (e.g. a CPU-starved guest).
@@ -183,6 +194,18 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     } else {
         None
     };
+    let cases = if opts.case_reps > 0 {
+        let timing = Timing::new(opts.case_duration, OMIT);
+        Some(super::cases::run(
+            &tb,
+            &opts.bin,
+            opts.rate,
+            timing,
+            opts.case_reps,
+        )?)
+    } else {
+        None
+    };
     let warnings = warnings(&cake);
     for w in &warnings {
         tracing::warn!("{w}");
@@ -200,6 +223,7 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
         cake,
         aggregate,
         ingress,
+        cases,
         wall_s: started.elapsed().as_secs_f64(),
         warnings,
     })
