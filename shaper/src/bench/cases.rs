@@ -65,7 +65,7 @@ pub struct CaseState {
     pub goodput_ratio: f64,
     /// Its spread.
     pub goodput: Spread,
-    /// Wire rate / rate, median, where measured.
+    /// Wire rate / rate, median (the many-flow cases).
     pub wire_rate_ratio: Option<f64>,
     /// The second flow spec's UDP loss, percent, worst run (the sparse
     /// flows of `bulk_beside_sparse`).
@@ -106,8 +106,11 @@ fn state_of(runs: &[RunResult], rate: Rate, omit: Duration, all_flows: bool) -> 
             })
             .collect(),
     );
+    // The WAN egress carries a case's traffic only for uploads: the wire
+    // rate is read for the many-flow cases alone.
     let wires: Vec<f64> = runs
         .iter()
+        .filter(|_| all_flows)
         .filter_map(|r| cases::wire_ratio(r, omit, rate))
         .collect();
     let losses: Vec<f64> = runs
