@@ -158,25 +158,41 @@ fn sparse_flow_passes_unpaced() {
     assert_eq!(ping.verdicts.pass, ping.verdicts.total());
 }
 
-/// Property 4: work conservation, for one flow alone and in the take-up
-/// when 3 of 4 flows stop.
+/// Property 4: work conservation, for one flow alone, beside sparse flows
+/// (a ping, an idle control connection: a lone bulk flow always has such
+/// company), and in the take-up when 3 of 4 flows stop.
 #[test]
 fn work_conserving_alone_and_after_others_stop() {
-    // A greedy source alone: the pacer alone limits it.
-    let r = sim(&Scenario::new(C50, 10 * SEC).with(FlowSpec::always(udp(3 * C50 / 16))));
-    let greedy = r.share(0, WARM_NS, 10 * SEC);
-    // An AIMD flow alone: Reno with a 5 ms queue on a 20 ms path cannot fill
-    // the link (its window halves below the BDP): at most ~0.89 of C by
-    // Reno's sawtooth with buffer/BDP = 1/4.
-    let r = sim(&bulk(&[10], C50, 10));
-    let aimd10 = r.share(0, WARM_NS, 10 * SEC);
-    let r = sim(&bulk(&[20], C50, 10));
-    let aimd20 = r.share(0, WARM_NS, 10 * SEC);
-    eprintln!(
-        "[work] alone: greedy 1.5xC {greedy:.3}, AIMD 10 ms {aimd10:.3}, AIMD 20 ms {aimd20:.3} of C"
-    );
-    assert!(greedy >= 0.95, "{greedy}");
-    assert!(aimd20 >= 0.85, "{aimd20}");
+    let alone = |bulk: Source, sparse: usize| {
+        let mut sc = Scenario::new(C50, 10 * SEC).with(FlowSpec::always(bulk));
+        for _ in 0..sparse {
+            sc = sc.with(FlowSpec::always(Source::ping()));
+        }
+        let r = sim(&sc);
+        for i in 1..=sparse {
+            let v = r.flows[i].verdicts;
+            assert_eq!(
+                v.pass,
+                v.total(),
+                "sparse flow {i} was delayed or dropped: {v:?}"
+            );
+        }
+        r.share(0, WARM_NS, 10 * SEC)
+    };
+    for sparse in 0..=2 {
+        // A greedy source: the pacer alone limits it.
+        let greedy = alone(udp(3 * C50 / 16), sparse);
+        // An AIMD flow: Reno with a 5 ms queue on a 20 ms path cannot fill
+        // the link (its window halves below the BDP): at most ~0.89 of C by
+        // Reno's sawtooth with buffer/BDP = 1/4.
+        let aimd10 = alone(Source::aimd_ms(10), sparse);
+        let aimd20 = alone(Source::aimd_ms(20), sparse);
+        eprintln!(
+            "[work] alone beside {sparse} sparse: greedy 1.5xC {greedy:.3}, AIMD 10 ms {aimd10:.3}, AIMD 20 ms {aimd20:.3} of C"
+        );
+        assert!(greedy >= 0.95, "{sparse} sparse: greedy {greedy}");
+        assert!(aimd20 >= 0.85, "{sparse} sparse: AIMD {aimd20}");
+    }
 
     // 4 flows, three stop at 10 s; the 10 ms one remains.
     let mut sc = Scenario::new(C50, 14 * SEC);
