@@ -118,6 +118,28 @@ pub struct FairState {
 
 const _: () = assert!(core::mem::size_of::<FairState>() == 192);
 
+impl FairState {
+    /// The active flows the multiplier's cap counts: the larger of the last
+    /// and the current activity window's counts.
+    pub fn active_flows(&self) -> u64 {
+        self.active_last.max(self.active_now)
+    }
+
+    /// The backlogged flows the join rule counts: the recent reference,
+    /// rounded up to whole flows.
+    pub fn backlogged_flows(&self) -> u64 {
+        self.backlogged_ref_q8.div_ceil(256)
+    }
+
+    /// The rate each backlogged flow gets, `rate / m`, for the controller's
+    /// views (it divides, so it is not for the packet path).
+    pub fn share_bytes_per_s(&self, rate_bytes_per_s: u64) -> u64 {
+        let m = self.mult_q16.max(MULT_ONE);
+        let share = u128::from(rate_bytes_per_s) * u128::from(MULT_ONE) / u128::from(m);
+        u64::try_from(share).unwrap_or(u64::MAX)
+    }
+}
+
 impl Default for FairState {
     fn default() -> Self {
         Self {
@@ -803,6 +825,26 @@ mod tests {
         assert!(count_backlogged(&mut f, 8));
         let mut g = FlowEntry::fresh(2, 0);
         assert!(count_backlogged(&mut g, u64::from(u32::MAX)));
+    }
+
+    #[test]
+    fn the_views_read_the_share_and_the_counts() {
+        let at = |mult_q16| FairState {
+            mult_q16,
+            ..FairState::default()
+        };
+        // m = 4: a quarter of 50 Mbit/s; m = 1.5 (Q16).
+        assert_eq!(at(4 * MULT_ONE).share_bytes_per_s(6_250_000), 1_562_500);
+        assert_eq!(at(MULT_ONE * 3 / 2).share_bytes_per_s(6_000_000), 4_000_000);
+        // Below 1.0 (never written by the kernel) reads as 1.0.
+        assert_eq!(at(0).share_bytes_per_s(6_000_000), 6_000_000);
+        let s = FairState {
+            active_last: 3,
+            active_now: 2,
+            backlogged_ref_q8: 257,
+            ..FairState::default()
+        };
+        assert_eq!((s.active_flows(), s.backlogged_flows()), (3, 2));
     }
 
     #[test]

@@ -162,9 +162,9 @@ pub fn to_json(st: &IfaceStatus) -> String {
     {
         v["fair"] = serde_json::json!({
             "multiplier_q16": f.mult_q16,
-            "share_bytes_per_s": fair_share(c.rate_bytes_per_s, f.mult_q16),
-            "active_flows": f.active_last.max(f.active_now),
-            "backlogged_flows": f.backlogged_ref_q8.div_ceil(256),
+            "share_bytes_per_s": f.share_bytes_per_s(c.rate_bytes_per_s),
+            "active_flows": f.active_flows(),
+            "backlogged_flows": f.backlogged_flows(),
             "epoch_updates": f.updates,
         });
     }
@@ -263,13 +263,6 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
     }
 }
 
-/// The rate each backlogged flow gets: the rate divided by the multiplier.
-pub fn fair_share(rate_bytes_per_s: u64, mult_q16: u64) -> u64 {
-    let m = mult_q16.max(MULT_ONE);
-    u64::try_from(u128::from(rate_bytes_per_s) * u128::from(MULT_ONE) / u128::from(m))
-        .unwrap_or(u64::MAX)
-}
-
 /// Human-readable report.
 pub fn render(statuses: &[IfaceStatus]) -> String {
     let mut s = String::new();
@@ -347,10 +340,10 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
                     let _ = writeln!(
                         s,
                         "  fair share: {} bytes/s per backlogged flow (m = {:.2}); {} flows active, {} backlogged",
-                        fair_share(c.rate_bytes_per_s, f.mult_q16),
+                        f.share_bytes_per_s(c.rate_bytes_per_s),
                         f.mult_q16 as f64 / MULT_ONE as f64,
-                        f.active_last.max(f.active_now),
-                        f.backlogged_ref_q8.div_ceil(256)
+                        f.active_flows(),
+                        f.backlogged_flows()
                     );
                 }
             }
@@ -371,19 +364,4 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
         }
     }
     s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fair_share_is_the_rate_over_the_multiplier() {
-        // m = 4: a quarter of 50 Mbit/s.
-        assert_eq!(fair_share(6_250_000, 4 * MULT_ONE), 1_562_500);
-        // m = 1.5 (Q16).
-        assert_eq!(fair_share(6_000_000, MULT_ONE * 3 / 2), 4_000_000);
-        // Below 1.0 (never written by the kernel) reads as 1.0.
-        assert_eq!(fair_share(6_000_000, 0), 6_000_000);
-    }
 }

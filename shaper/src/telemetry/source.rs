@@ -47,16 +47,10 @@ pub fn fair_gauges(state: &FairState, config: &PacerConfig) -> Vec<(&'static str
         ("fair_multiplier", m as f64 / MULT_ONE as f64),
         (
             "fair_share_bytes_per_second",
-            crate::status::fair_share(config.rate_bytes_per_s, m) as f64,
+            state.share_bytes_per_s(config.rate_bytes_per_s) as f64,
         ),
-        (
-            "fair_active_flows",
-            state.active_last.max(state.active_now) as f64,
-        ),
-        (
-            "fair_backlogged_flows",
-            state.backlogged_ref_q8.div_ceil(256) as f64,
-        ),
+        ("fair_active_flows", state.active_flows() as f64),
+        ("fair_backlogged_flows", state.backlogged_flows() as f64),
     ]
 }
 
