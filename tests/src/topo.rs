@@ -149,6 +149,20 @@ pub fn skip_unless(have: bool, what: &str) -> bool {
     true
 }
 
+/// True (with the reason printed) when the lab's comparisons against CAKE
+/// cannot run here: they need root, sch_fq, sch_cake and sch_netem. Under
+/// `SHAPER_REQUIRE_FULL_KERNEL=1` a missing qdisc fails instead.
+pub fn skip_without_lab_qdiscs() -> bool {
+    if !is_root() {
+        eprintln!("skipped: needs root");
+        return true;
+    }
+    let has = |kind: &str| shaper::tc::probe_qdisc_kind(kind).unwrap_or(false);
+    skip_unless(kernel_has_fq(), "sch_fq")
+        || skip_unless(has("cake"), "sch_cake")
+        || skip_unless(has("netem"), "sch_netem")
+}
+
 /// True when the running kernel has sch_fq (probed without changing anything).
 pub fn kernel_has_fq() -> bool {
     shaper::tc::probe_qdisc_kind("fq").unwrap_or(false)

@@ -28,18 +28,7 @@ use shaper::{
     },
     rate::Rate,
 };
-use shaper_tests::topo::{is_root, kernel_has_fq, shaper_bin, skip_unless};
-
-fn skip() -> bool {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return true;
-    }
-    let has = |kind: &str| shaper::tc::probe_qdisc_kind(kind).unwrap_or(false);
-    skip_unless(kernel_has_fq(), "sch_fq")
-        || skip_unless(has("cake"), "sch_cake")
-        || skip_unless(has("netem"), "sch_netem")
-}
+use shaper_tests::topo::{shaper_bin, skip_without_lab_qdiscs};
 
 fn rate(s: &str) -> Rate {
     s.parse().expect("a valid rate")
@@ -167,7 +156,7 @@ fn goodput(gso: bool) {
 
 #[test]
 fn goodput_with_gso_matches_cake() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     goodput(true);
@@ -175,7 +164,7 @@ fn goodput_with_gso_matches_cake() {
 
 #[test]
 fn goodput_without_gso_matches_cake() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     goodput(false);
@@ -232,7 +221,7 @@ fn loaded_ping(gso: bool) {
 
 #[test]
 fn loaded_ping_with_gso_matches_cake() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     loaded_ping(true);
@@ -240,7 +229,7 @@ fn loaded_ping_with_gso_matches_cake() {
 
 #[test]
 fn loaded_ping_without_gso_matches_cake() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     loaded_ping(false);
@@ -265,7 +254,7 @@ fn fairness(what: &str, options: TestbedOptions, flows: &[FlowSpec]) {
 
 #[test]
 fn flows_with_10_and_80_ms_rtt_share_fairly() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     fairness(
@@ -290,7 +279,7 @@ fn flows_with_10_and_80_ms_rtt_share_fairly() {
 
 #[test]
 fn cubic_and_bbr_share_fairly() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     fairness(
@@ -314,7 +303,7 @@ fn cubic_and_bbr_share_fairly() {
 /// fails both.
 #[test]
 fn tcp_keeps_40_percent_beside_a_udp_flood() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     let tb = testbed(TestbedOptions::default());
@@ -352,7 +341,7 @@ fn tcp_keeps_40_percent_beside_a_udp_flood() {
 /// testbed really negotiated ECN.
 #[test]
 fn ecn_flows_are_marked_not_dropped() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     let tb = testbed(TestbedOptions {
@@ -450,7 +439,7 @@ fn around_change(r: &RunResult, at: f64, done: f64) -> (Option<f64>, Vec<Interva
 /// `tc qdisc change`, is printed for comparison.
 #[test]
 fn live_rate_change_takes_effect_within_a_second() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     let tb = testbed(TestbedOptions::default());
@@ -508,7 +497,7 @@ fn live_rate_change_takes_effect_within_a_second() {
 #[test]
 #[ignore = "prints baseline figures only"]
 fn baseline_figures() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     for gso in [true, false] {

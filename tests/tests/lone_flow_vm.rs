@@ -37,7 +37,7 @@ use shaper::{
     },
     rate::Rate,
 };
-use shaper_tests::topo::{is_root, kernel_has_fq, shaper_bin, skip_unless};
+use shaper_tests::topo::{shaper_bin, skip_without_lab_qdiscs};
 
 /// Slack of a lone flow's goodput ratio below CAKE's.
 const LONE_SLACK: f64 = 0.15;
@@ -52,17 +52,6 @@ const MANY_SLACK: f64 = 0.03;
 /// the test holds the bound that catches an overshoot of the kind the
 /// broken join rule gave (goodput 1.006 of the rate, wire about 1.05).
 const WIRE_BOUND: f64 = 1.05;
-
-fn skip() -> bool {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return true;
-    }
-    let has = |kind: &str| shaper::tc::probe_qdisc_kind(kind).unwrap_or(false);
-    skip_unless(kernel_has_fq(), "sch_fq")
-        || skip_unless(has("cake"), "sch_cake")
-        || skip_unless(has("netem"), "sch_netem")
-}
 
 fn rate() -> Rate {
     "50mbit".parse().expect("a valid rate")
@@ -126,7 +115,7 @@ fn report(results: &[Verdict]) {
 /// sparse UDP flows, on one testbed.
 #[test]
 fn a_lone_flow_gets_the_rate_cake_gets() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     let tb = Testbed::new(TestbedOptions::default()).expect("build the testbed");
@@ -170,7 +159,7 @@ fn a_lone_flow_gets_the_rate_cake_gets() {
 /// 64 TCP flows: the shaper keeps to its rate on the wire.
 #[test]
 fn many_flows_stay_within_the_rate() {
-    if skip() {
+    if skip_without_lab_qdiscs() {
         return;
     }
     let tb = Testbed::new(TestbedOptions::default()).expect("build the testbed");
