@@ -75,7 +75,8 @@ pub const MULT_ONE: u64 = 1 << 16;
 pub const MULT_MAX: u64 = 1 << 32;
 
 /// log2 of the epoch length in ns: 2^23 ns = 8.39 ms, the fair share's
-/// update period (CSFQ's window; the "about 10 ms").
+/// update period (CSFQ's window: long enough to hold several packets of
+/// each flow, short beside an RTT).
 pub const EPOCH_SHIFT: u32 = 23;
 /// The epoch length in ns.
 pub const EPOCH_NS: u64 = 1 << EPOCH_SHIFT;

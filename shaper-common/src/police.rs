@@ -1,5 +1,4 @@
-//! The AQM policer's per-packet rules (issue 6's `police` mode, seed 003's
-//! "bobbie"): the fair pacer's per-flow virtual clocks and CoDel, run at TC
+//! The AQM policer's per-packet rules (`police` mode): the fair pacer's per-flow virtual clocks and CoDel, run at TC
 //! ingress where nothing can be queued. Every packet leaves at once; virtual
 //! delays only decide whether a flow gets a congestion signal.
 //!

@@ -1,4 +1,4 @@
-//! The ingress policer (`police` mode, issue 6): at TC ingress, where
+//! The ingress policer (`police` mode): at TC ingress, where
 //! nothing can be queued, every packet passes at once, and the fair pacer's
 //! virtual clocks only decide which flow gets a congestion signal (CE for
 //! ECN-capable packets, else a drop). The rule is

@@ -1,7 +1,7 @@
 //! The AQM policer (`shaper_common::police::police_link`, the link's CoDel
 //! rule) in the simulator's police mode: Reno-like senders behind an upstream FIFO (an access link 11% faster
 //! than the policed rate with a 200 ms buffer), policed at 50 Mbit/s. This is
-//! issue 6's RTT-robustness question asked of the algorithm before any
+//! the policer's RTT-robustness question asked of the algorithm before any
 //! kernel: at 20 and 80 ms, does goodput stay at 85% of the rate or more
 //! while the upstream buffer stays nearly empty for a ping?
 //!

@@ -61,7 +61,7 @@ fn shares(r: &SimReport, flows: &[usize], t0: u64, t1: u64) -> Vec<f64> {
 /// off together more often, the share then runs up from near 1.0, and the
 /// worst 100 ms window carried 28 ms of excess: 15 % it is (with the
 /// quarter-step update and once-per-window AIMD reductions: 14 ms). This is not the
-/// issue's "rate × window + one burst quantum": a feedback-set share cannot
+/// bound "rate × window + one burst quantum" of a queue-based shaper: a feedback-set share cannot
 /// give a constant burst; strict conformance needs a timing wheel of byte
 /// budgets (Carousel). Slow start is reported apart.
 fn bound_ms(w_ms: u64) -> f64 {

@@ -12,10 +12,10 @@
 //!
 //! Must hold at each RTT, in one of two rounds (TCG timing moves single
 //! figures by a few percent): the policer's goodput is at least 85% of the
-//! rate and its ping p99 at most twice CAKE-ingress's (the issue's bar);
+//! rate and its ping p99 at most twice CAKE-ingress's (as good as the anchor, with slack for TCG);
 //! `ifb` mode (fed by the BPF redirect with TCX, by tc's matchall + mirred
-//! on 6.1, see `tc::mirred`) keeps 85% of the rate and at least halves `none`'s ping p99 (the issue
-//! sets it no number; its p99 at 20 ms runs above CAKE's). The plain
+//! on 6.1, see `tc::mirred`) keeps 85% of the rate and at least halves `none`'s ping p99 (a
+//! looser bar: its p99 at 20 ms runs above CAKE's). The plain
 //! policer is reported beside them, not judged.
 
 use std::time::{Duration, Instant};
@@ -140,8 +140,7 @@ fn at_rtt(rtt_ms: u64) -> Option<String> {
             p99(&ifb),
             ifb.retransmits,
         );
-        // police: the issue's bar (p99 ≤ 2× CAKE-ingress). ifb: the bar the
-        // issue sets no number for; it must at least halve the bloat of
+        // police: p99 ≤ 2× CAKE-ingress. ifb: a looser bar; it must at least halve the bloat of
         // `none` (its p99 at 20 ms was 36.7 to 68.2 ms beside CAKE's 23;
         // see docs/ingress.md).
         let none_p99 = p99(&none);

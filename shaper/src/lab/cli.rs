@@ -9,7 +9,7 @@
 //! `--duration` seconds of measured load per direction.
 //!
 //! Non-goals: choosing the topology (the lab's [`Testbed`](super::Testbed)
-//! is fixed), states beyond the four the issue names.
+//! is fixed), states other than those [`StateKind`] lists.
 
 use std::{
     path::{Path, PathBuf},

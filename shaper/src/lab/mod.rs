@@ -20,8 +20,8 @@
 //! - [`scenario`]: one run of all of the above, returning a [`RunResult`].
 //! - [`cases`]: named traffic cases under CAKE and the shaper, which the
 //!   VM tests and the benchmark share.
-//! - [`cli`], [`run`], [`report`], [`plot`]: the `shaper lab` command (seed
-//!   000's method per state, the JSON, the Markdown tables, the SVG plots).
+//! - [`cli`], [`run`], [`report`], [`plot`]: the `shaper lab` command (one
+//!   method per state, the JSON, the Markdown tables, the SVG plots).
 //!
 //! Invariants:
 //! - The lab changes only namespaces it created (names start with

@@ -1,5 +1,6 @@
 //! The lab's results: the per-state summary, the JSON with every raw
-//! sample, the Markdown tables shaped like seed 000's, the bufferbloat
+//! sample, the Markdown tables (a row per state: goodput, loaded latency,
+//! CPU), the bufferbloat
 //! grade and the verdict lines.
 //!
 //! Invariants: every figure of the Markdown report comes from

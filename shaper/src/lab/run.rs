@@ -1,13 +1,14 @@
-//! `shaper lab`: the method of seed 000 per state, on the lab's testbed.
+//! `shaper lab`: one method run for every state on the lab's testbed, so
+//! the states are compared on the same traffic.
 //!
 //! Per state, with the state applied once on the router's WAN egress:
 //! 1. 15 idle pings (0.2 s apart);
 //! 2. upload: iperf3, 4 TCP streams client → server, the warm-up omitted,
 //!    with ping every 50 ms, a 1 Mbit/s UDP probe from the second client,
 //!    and `shaper trace` on `wan0` for the kernel's queueing delay;
-//! 3. download: the same reversed (`-R`). There is no ingress shaping yet
-//!    (issue 6), so download is not shaped by any state;
-//! 4. the staircase of seed 002: a stream added every 5 s, pinging;
+//! 3. download: the same reversed (`-R`), shaped by the states that shape
+//!    the WAN ingress too (CAKE on an IFB, `shaper-police`, `shaper-ifb`);
+//! 4. the staircase: a stream added every 5 s, pinging;
 //! 5. 15 idle pings again.
 //!
 //! A CPU sampler reads /proc/stat every second throughout. The namespaces
@@ -459,7 +460,7 @@ pub fn parse_trace_summary(text: &str) -> Result<KernelDelay, String> {
     })
 }
 
-/// Seed 002's staircase: stream k starts at k steps and runs to the end;
+/// The staircase: stream k starts at k steps and runs to the end;
 /// ping runs during each step.
 fn staircase(tb: &Testbed, c: &LabConfig, tag: &str) -> Result<(Vec<StairStep>, Vec<IperfReport>)> {
     let n = c.stair_steps;

@@ -74,7 +74,9 @@ pub enum State {
     },
     /// A plain token-bucket policer on `wan0`'s ingress at `rate` (burst:
     /// [`POLICER_BURST`] at the rate, at least 64 KiB so a GSO packet fits):
-    /// the baseline that handles varying RTTs badly (seed 003).
+    /// the baseline, which handles varying RTTs badly: it drops whatever
+    /// exceeds a fixed bucket, and how much TCP loses to that depends on
+    /// how the bucket compares with each flow's window.
     Policer {
         /// The policed rate.
         rate: Rate,
