@@ -148,6 +148,15 @@ impl Harness {
         aya::maps::RingBuf::try_from(map).expect("ring buffer map type")
     }
 
+    /// Writes `state` into SHAPER_FAIR as the state of the epoch in
+    /// progress (its `epoch` set to now's) and returns that epoch.
+    pub fn set_fair_in_this_epoch(&mut self, state: FairState) -> u64 {
+        let epoch = monotonic_ns() >> shaper_common::fair::EPOCH_SHIFT;
+        let state = FairState { epoch, ..state };
+        self.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+        epoch
+    }
+
     /// SHAPER_FAIR's entry while the epoch is still `epoch`; `None`, with
     /// the reason printed, once the test has crossed into another (its
     /// checks of per-epoch counts then do not apply: an epoch is 8.4 ms,

@@ -309,16 +309,12 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
 fn a_flow_becoming_backlogged_beyond_the_recent_count_shrinks_the_share() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
-    let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
     // One flow was backlogged recently, and one already is in this epoch.
-    let state = FairState {
-        epoch: now_epoch,
-        mult_q16: MULT_ONE,
+    let now_epoch = h.set_fair_in_this_epoch(FairState {
         backlogged_now: 1,
         backlogged_ref_q8: 1 << 8,
         ..FairState::default()
-    };
-    h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+    });
     let p = udp4_ecn(5000, 0);
     h.run(&p.bytes, None); // new flow: passes, not backlogged
     assert_eq!(h.fair.get(&0, 0).expect("read").mult_q16, MULT_ONE);
@@ -391,13 +387,7 @@ fn on_an_ifb_stamps_are_mono_delivery_times_and_receive_times_are_ignored() {
 fn a_lone_backlogged_flow_keeps_the_whole_rate() {
     let Some(mut h) = Harness::load() else { return };
     one_set(&mut h);
-    let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
-    let state = FairState {
-        epoch: now_epoch,
-        mult_q16: MULT_ONE,
-        ..FairState::default()
-    };
-    h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+    let now_epoch = h.set_fair_in_this_epoch(FairState::default());
     let p = udp4_ecn(5100, 0);
     h.run(&p.bytes, None); // new flow: passes
     let out = h.run(&p.bytes, None); // paced: the first backlogged flow

@@ -14,7 +14,7 @@ use shaper_common::{
     POLICE_PROGRAM,
     codel::CodelState,
     counters::Counter,
-    fair::{EPOCH_SHIFT, FairState, MULT_ONE},
+    fair::{FairState, MULT_ONE},
     flow::FlowSet,
     police::{LinkState, MIN_PASSED_BETWEEN_SIGNALS, SINCE_SHIFT},
 };
@@ -280,13 +280,7 @@ fn a_lone_flow_behind_its_clock_keeps_the_whole_rate() {
     let Some(mut h) = police_harness() else {
         return;
     };
-    let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
-    let state = FairState {
-        epoch: now_epoch,
-        mult_q16: MULT_ONE,
-        ..FairState::default()
-    };
-    h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+    let now_epoch = h.set_fair_in_this_epoch(FairState::default());
     let p = udp4_ecn(5200, 0);
     h.run(&p.bytes, None); // new flow: its clock was idle
     h.run(&p.bytes, None); // behind its clock: the first backlogged flow
