@@ -88,7 +88,7 @@ impl Harness {
     /// classifier or the ingress policer: they share the maps).
     pub fn load_program(name: &str) -> Option<Self> {
         if let Some(reason) = skip_reason() {
-            eprintln!("skipped: {reason}");
+            let _ = crate::skip::skip(&reason);
             return None;
         }
         let object = shaper::bpf::object().unwrap_or_else(|e| {

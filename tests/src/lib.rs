@@ -4,5 +4,6 @@
 pub mod bpf_harness;
 pub mod netns;
 pub mod packets;
+pub mod skip;
 pub mod tc_util;
 pub mod topo;

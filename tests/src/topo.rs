@@ -15,6 +15,8 @@ use std::{
 };
 
 use crate::netns::sh;
+pub use crate::skip::require_full_kernel;
+use crate::skip::{Need, require};
 
 /// A named network namespace, deleted on drop.
 pub struct NamedNs {
@@ -130,37 +132,21 @@ pub fn text(out: &Output) -> String {
     )
 }
 
-/// True when the VM stage asked that kernel-feature skips be failures.
-pub fn require_full_kernel() -> bool {
-    std::env::var_os("SHAPER_REQUIRE_FULL_KERNEL").is_some_and(|v| v == "1")
-}
-
-/// Returns true (and prints why) when the test should be skipped because
-/// `have` is false; panics instead under `SHAPER_REQUIRE_FULL_KERNEL=1`.
+/// True (and skipped through [`crate::skip`]) when `have` is false.
 pub fn skip_unless(have: bool, what: &str) -> bool {
-    if have {
-        return false;
-    }
-    assert!(
-        !require_full_kernel(),
-        "this kernel lacks {what}, but SHAPER_REQUIRE_FULL_KERNEL=1 says it must have it"
-    );
-    eprintln!("skipped: this kernel lacks {what}; `cargo xtask test` runs this in the VM");
-    true
+    !require(&[Need::Probed(have, what)])
 }
 
 /// True (with the reason printed) when the lab's comparisons against CAKE
 /// cannot run here: they need root, sch_fq, sch_cake and sch_netem. Under
 /// `SHAPER_REQUIRE_FULL_KERNEL=1` a missing qdisc fails instead.
 pub fn skip_without_lab_qdiscs() -> bool {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return true;
-    }
-    let has = |kind: &str| shaper::tc::probe_qdisc_kind(kind).unwrap_or(false);
-    skip_unless(kernel_has_fq(), "sch_fq")
-        || skip_unless(has("cake"), "sch_cake")
-        || skip_unless(has("netem"), "sch_netem")
+    !require(&[
+        Need::Root,
+        Need::Sch("fq"),
+        Need::Sch("cake"),
+        Need::Sch("netem"),
+    ])
 }
 
 /// True when the running kernel has sch_fq (probed without changing anything).
