@@ -65,6 +65,15 @@ enum Task {
     /// script; see xtask/src/vm/guard.rs).
     #[command(hide = true)]
     VmGuestGuard,
+    /// Runs a test plan one test per process and writes the records (run by
+    /// `cargo xtask test` in the VM; see xtask/src/test/exec.rs).
+    #[command(hide = true)]
+    ExecTests {
+        #[arg(long)]
+        plan: PathBuf,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 fn workspace_root() -> Result<PathBuf> {
@@ -159,6 +168,7 @@ fn run(cli: Cli) -> Result<i32> {
         Task::Bench(args) => bench::run(&root, &args),
         Task::Lab(args) => lab::run(&root, &args),
         Task::Vm { kernel, cmd } => vm::run(&root, kernel, &cmd),
+        Task::ExecTests { plan, out } => test::exec_tests(&plan, &out),
         Task::VmGuestGuard => {
             if !vm::hold_tcx_key()? {
                 eprintln!("xtask vm-guest-guard: this kernel has no TCX; nothing to hold");

@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
-use super::{Kernel, Tools, elf, initramfs};
+use super::{Kernel, Tools, backports, elf, initramfs};
 
 /// Bumped whenever the cache's contents change shape, so that old caches are
 /// rebuilt rather than misread.
@@ -110,8 +110,9 @@ fn is_complete(dir: &Path) -> bool {
     layout_ok && c.kernel.is_file() && c.base_initrd.is_file() && c.modules_root.is_dir()
 }
 
-/// Fills the empty directory `tmp` with a complete cache for `kernel`.
-fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
+/// Downloads the newest bookworm `linux-image` package of `kernel` into
+/// `tmp`; returns its release and the file.
+fn fetch_bookworm(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<(String, Vec<PathBuf>)> {
     // A fresh machine may have empty or stale package lists: refresh them
     // once when the search finds nothing or the download fails.
     let search = || {
@@ -167,27 +168,47 @@ fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
         }
     }
     let (release, package) = chosen.context("no kernel package could be downloaded")?;
-    let deb = find_deb(tmp, &package)?;
+    Ok((release, vec![find_deb(tmp, &package)?]))
+}
 
+/// Fills the empty directory `tmp` with a complete cache for `kernel`.
+fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
+    let (release, debs) = match kernel {
+        Kernel::V7 => backports::fetch(tmp.parent().unwrap_or(tmp), tmp, tools)?,
+        Kernel::V6_12 | Kernel::V6_1 => fetch_bookworm(tmp, kernel, tools)?,
+    };
     let tree = tmp.join("tree");
-    run_captured(
-        Command::new(&tools.dpkg).arg("-x").arg(&deb).arg(&tree),
-        "dpkg -x",
-    )?;
-    std::fs::remove_file(&deb).with_context(|| format!("cannot remove {}", deb.display()))?;
+    for deb in &debs {
+        run_captured(
+            Command::new(&tools.dpkg).arg("-x").arg(deb).arg(&tree),
+            "dpkg -x",
+        )?;
+        std::fs::remove_file(deb).with_context(|| format!("cannot remove {}", deb.display()))?;
+    }
+    let usr_modules = tree.join("usr/lib/modules").join(&release);
+    if usr_modules.is_dir() && !tree.join("lib").exists() {
+        // Newer packages install under usr/lib only; depmod -b and the
+        // guest's modprobe -d look under lib/, so lib points there
+        // (relatively, so the link resolves in the guest as well).
+        std::os::unix::fs::symlink("usr/lib", tree.join("lib"))
+            .context("cannot link tree/lib to usr/lib")?;
+    }
     let modules = tree.join("lib/modules").join(&release);
     if !modules.is_dir() {
         bail!(
-            "{package} has no lib/modules/{release}: this is not the package layout this tool knows"
+            "the {release} packages have no lib/modules/{release}: this is not a package layout \
+             this tool knows"
         );
     }
-    let image = tree.join("boot").join(format!("vmlinuz-{release}"));
+    let image = boot_file(&tree, &release, "vmlinuz")
+        .with_context(|| format!("the {release} packages have no kernel image"))?;
     std::fs::rename(&image, tmp.join("vmlinuz"))
-        .with_context(|| format!("{package} has no boot/vmlinuz-{release}"))?;
+        .with_context(|| format!("cannot move {}", image.display()))?;
 
-    let config = tree.join("boot").join(format!("config-{release}"));
+    let config = config_file(&tree, &release)
+        .with_context(|| format!("the {release} packages have no kernel config"))?;
     let config = std::fs::read_to_string(&config)
-        .with_context(|| format!("{package} has no {}", config.display()))?;
+        .with_context(|| format!("cannot read {}", config.display()))?;
     if config.lines().any(|line| line == "CONFIG_PVH=y") {
         extract_vmlinux(tools, tmp)?;
     }
@@ -212,6 +233,23 @@ fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
         .context("cannot write the release file")?;
     std::fs::write(tmp.join("layout"), CACHE_LAYOUT).context("cannot write the layout file")?;
     Ok(())
+}
+
+/// `<tree>/boot/<name>-<release>` (bookworm's layout) or
+/// `<tree>/usr/lib/modules/<release>/<name>` (the split packages of 7.x),
+/// whichever exists.
+fn boot_file(tree: &Path, release: &str, name: &str) -> Option<PathBuf> {
+    [
+        tree.join("boot").join(format!("{name}-{release}")),
+        tree.join("usr/lib/modules").join(release).join(name),
+    ]
+    .into_iter()
+    .find(|p| p.is_file())
+}
+
+/// The kernel config in an unpacked tree, in either package layout.
+pub(crate) fn config_file(tree: &Path, release: &str) -> Option<PathBuf> {
+    boot_file(tree, release, "config")
 }
 
 /// Decompresses `tmp/vmlinuz` into `tmp/vmlinux`. Tries each xz or zstd
@@ -271,7 +309,7 @@ fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
         .collect()
 }
 
-fn find_deb(dir: &Path, package: &str) -> Result<PathBuf> {
+pub(crate) fn find_deb(dir: &Path, package: &str) -> Result<PathBuf> {
     let prefix = format!("{package}_");
     let entries =
         std::fs::read_dir(dir).with_context(|| format!("cannot list {}", dir.display()))?;
@@ -315,6 +353,7 @@ impl Kernel {
         match self {
             Kernel::V6_12 => ("6.12.", "+deb12-amd64"),
             Kernel::V6_1 => ("6.1.0-", "-amd64"),
+            Kernel::V7 => ("7.", "+deb13-amd64"),
         }
     }
 
@@ -322,6 +361,7 @@ impl Kernel {
         match self {
             Kernel::V6_12 => r"^linux-image-6\.12\.",
             Kernel::V6_1 => r"^linux-image-6\.1\.0-",
+            Kernel::V7 => r"^linux-binary-7\.",
         }
     }
 
@@ -354,7 +394,7 @@ fn newest_release(kernel: Kernel, listing: &str) -> Option<String> {
 
 /// Orders version strings the way `sort -V` does for these names: runs of
 /// digits compare as numbers, everything else byte by byte.
-fn version_cmp(a: &str, b: &str) -> Ordering {
+pub(crate) fn version_cmp(a: &str, b: &str) -> Ordering {
     let (mut a, mut b) = (a.as_bytes(), b.as_bytes());
     loop {
         match (a.first(), b.first()) {

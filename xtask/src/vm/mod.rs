@@ -2,8 +2,9 @@
 //! inside it, as if it ran on the host.
 //!
 //! What it does:
-//! - On first use per kernel line, fetches the newest Debian `linux-image`
-//!   package with apt, unpacks it, indexes its modules and builds a small
+//! - On first use per kernel line, fetches the newest Debian kernel of that
+//!   line with apt (bookworm's `linux-image` for 6.12 and 6.1, the split
+//!   packages of trixie-backports for 7.x, see [`backports`]), unpacks it, indexes its modules and builds a small
 //!   busybox initramfs, all under `<workspace>/target/vm/<line>/`
 //!   ([`kernel`], [`initramfs`]).
 //! - Per run, writes a job script and an init configuration into a fresh run
@@ -31,6 +32,7 @@
 //! persistent guest state between runs, kernels other than Debian's generic
 //! amd64 flavour.
 
+mod backports;
 mod elf;
 mod guard;
 mod initramfs;
@@ -108,17 +110,39 @@ pub enum Kernel {
     /// Debian 12's 6.1 LTS (no TCX: netlink attach).
     #[value(name = "6.1")]
     V6_1,
+    /// The newest Linux 7.x in Debian's trixie-backports (7.3 when this was
+    /// written): cake_mq, struct_ops qdiscs (`CONFIG_NET_SCH_BPF`), BTF.
+    #[value(name = "7", alias = "7.3")]
+    V7,
 }
 
 impl Kernel {
     /// The kernel line as the user writes it ("6.12"); also the cache
     /// directory's name.
-    fn line(self) -> &'static str {
+    pub fn line(self) -> &'static str {
         match self {
             Kernel::V6_12 => "6.12",
             Kernel::V6_1 => "6.1",
+            Kernel::V7 => "7",
         }
     }
+}
+
+/// The cached `kernel`'s config file (fetching the kernel first if needed).
+pub fn kernel_config(workspace: &Path, kernel: Kernel) -> Result<PathBuf> {
+    let workspace = canonical_workspace(workspace)?;
+    let tools = Tools::find()?;
+    kernel::prepare(&workspace, kernel, &tools)?;
+    let cache = kernel::vm_dir(&workspace).join(kernel.line());
+    let release = std::fs::read_to_string(cache.join("release"))
+        .with_context(|| format!("reading the cached {} kernel's release", kernel.line()))?;
+    kernel::config_file(&cache.join("tree"), release.trim()).with_context(|| {
+        format!(
+            "the cached {} kernel has no config: remove {} and run again",
+            kernel.line(),
+            cache.display()
+        )
+    })
 }
 
 /// Boots `kernel`, runs `cmd` (argv) in the guest with the host root shared
@@ -126,7 +150,7 @@ impl Kernel {
 /// output and returns its exit code.
 pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
     if cmd.is_empty() {
-        bail!("no command given: usage is `cargo xtask vm [--kernel 6.12|6.1] -- CMD [ARGS...]`");
+        bail!("no command given: usage is `cargo xtask vm [--kernel 6.12|6.1|7] -- CMD [ARGS...]`");
     }
     let workspace = canonical_workspace(workspace)?;
     let tools = Tools::find()?;

@@ -1,0 +1,379 @@
+//! `cargo xtask test`: every test the project has, in one command.
+//!
+//! Stages, in order (each prints its duration; any failure fails the run but
+//! later stages still run, so one report shows everything):
+//! 1. setup: toolchain and tools (idempotent), the BPF object;
+//! 2. lint: `cargo fmt --check`, `cargo clippy -D warnings`;
+//! 3. unit: the default members' tests (no privileges needed);
+//! 4. host: the privileged integration tests (`tests/`) on this machine's
+//!    kernel, one test per process, each in its own network namespace; tests
+//!    that need a feature this kernel lacks skip with a printed reason;
+//! 5. vm: the integration tests of each kernel's tier ([`tiers`]) inside the
+//!    VM, with `SHAPER_REQUIRE_FULL_KERNEL=1`, so a test that would skip
+//!    fails instead, and `SHAPER_KERNEL_CONFIG` naming the guest's config.
+//!    The default kernels are 6.12 (every test), 7 (the kernel interface)
+//!    and 6.1 (compatibility); `--quick` runs the compatibility tier on 6.12
+//!    alone.
+//!
+//! The run ends with [`report::finish`]: stage times, skips by reason,
+//! retried rounds, the slowest tests, the time budget, and
+//! `target/test-times.json`. Each test's output is kept under
+//! `target/test-runs/<stage>/logs/`.
+
+mod exec;
+mod report;
+mod tiers;
+
+pub use exec::exec_tests;
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Instant,
+};
+
+use anyhow::{Context, Result, bail, ensure};
+
+use crate::{ebpf, toolchain, vm};
+use exec::{Outcome, TestRecord};
+use report::StageReport;
+
+/// Options of `cargo xtask test`.
+#[derive(clap::Args)]
+pub struct TestArgs {
+    /// Skip the VM stage.
+    #[arg(long)]
+    no_vm: bool,
+    /// Skip `cargo fmt --check` and clippy.
+    #[arg(long)]
+    no_lint: bool,
+    /// Kernels for the VM stage, each with its tier (6.12: every test; 7:
+    /// the kernel interface; 6.1: compatibility).
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["6.12", "7", "6.1"])]
+    kernels: Vec<vm::Kernel>,
+    /// The edit loop: lint, unit, host, and the compatibility tier on 6.12.
+    #[arg(long, conflicts_with = "kernels")]
+    quick: bool,
+    /// Only run tests whose name contains this (passed to the test binaries).
+    #[arg(long)]
+    filter: Option<String>,
+}
+
+/// The budget for a full run, warm, all three kernels; and for `--quick`.
+const BUDGET_FULL_S: f64 = 35.0 * 60.0;
+const BUDGET_QUICK_S: f64 = 10.0 * 60.0;
+
+fn cargo(root: &Path, object: &Path) -> Command {
+    let mut c = Command::new("cargo");
+    c.current_dir(root).env("SHAPER_BPF_OBJECT", object);
+    c
+}
+
+fn status_ok(mut cmd: Command, what: &str) -> Result<bool> {
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {what}"))?;
+    Ok(status.success())
+}
+
+/// Test executables from `cargo test --no-run --message-format=json` output.
+pub fn executables(json_lines: &str) -> Vec<PathBuf> {
+    let key = "\"executable\":\"";
+    json_lines
+        .lines()
+        .filter(|l| l.contains("\"profile\":") && l.contains("\"test\":true"))
+        .filter_map(|l| {
+            let start = l.find(key)? + key.len();
+            let end = l[start..].find('"')? + start;
+            Some(PathBuf::from(&l[start..end]))
+        })
+        .collect()
+}
+
+fn test_binaries(root: &Path, object: &Path) -> Result<Vec<PathBuf>> {
+    let out = cargo(root, object)
+        .args([
+            "test",
+            "--package",
+            "shaper-tests",
+            "--no-run",
+            "--message-format=json",
+        ])
+        .output()
+        .context("cannot start cargo test --no-run")?;
+    ensure!(
+        out.status.success(),
+        "building the integration tests failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bins = executables(&String::from_utf8_lossy(&out.stdout));
+    ensure!(!bins.is_empty(), "cargo built no integration test binaries");
+    Ok(bins)
+}
+
+/// Runs the whole suite; returns the exit code.
+pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
+    if !crate::is_root() {
+        bail!(
+            "the test suite creates network namespaces and loads BPF programs, so it needs root: \
+             run `sudo -E cargo xtask test`"
+        );
+    }
+    let run_started = Instant::now();
+    let mut stages: Vec<StageReport> = Vec::new();
+    let mut stage = |name: &str, f: &mut dyn FnMut() -> Result<(bool, Vec<TestRecord>)>| {
+        eprintln!("\n==== xtask test: {name}");
+        let t = Instant::now();
+        let (ok, tests, error) = match f() {
+            Ok((ok, tests)) => (ok, tests, None),
+            Err(e) => (false, Vec::new(), Some(format!("{e:#}"))),
+        };
+        let seconds = t.elapsed().as_secs_f64();
+        if let Some(e) = &error {
+            eprintln!("xtask test: {name}: {e}");
+        }
+        eprintln!(
+            "==== {name}: {} in {seconds:.1} s",
+            if ok { "ok" } else { "FAILED" }
+        );
+        stages.push(StageReport {
+            name: name.to_owned(),
+            seconds,
+            ok,
+            error,
+            tests,
+        });
+        ok
+    };
+
+    let mut object = PathBuf::new();
+    let setup_ok = stage("setup", &mut || {
+        let tc = toolchain::setup(vm::HOST_PACKAGES)?;
+        eprintln!("xtask: BPF toolchain: {}", tc.route);
+        object = ebpf::build_ebpf(root, &tc)?;
+        Ok((true, Vec::new()))
+    });
+    if !setup_ok {
+        report::finish(
+            root,
+            &stages,
+            run_started.elapsed().as_secs_f64(),
+            budget(args),
+        )?;
+        return Ok(1);
+    }
+
+    if !args.no_lint {
+        stage("lint", &mut || {
+            let mut fmt = Command::new("cargo");
+            fmt.current_dir(root)
+                .args(["fmt", "--all", "--", "--check"]);
+            let fmt_ok = status_ok(fmt, "cargo fmt")?;
+            let mut clippy = cargo(root, &object);
+            clippy.args([
+                "clippy",
+                "--workspace",
+                "--exclude",
+                "shaper-ebpf",
+                "--all-targets",
+                "--",
+                "-D",
+                "warnings",
+            ]);
+            Ok((fmt_ok && status_ok(clippy, "cargo clippy")?, Vec::new()))
+        });
+    }
+
+    let filter: Vec<String> = args.filter.iter().cloned().collect();
+    stage("unit", &mut || {
+        let mut c = cargo(root, &object);
+        c.args([
+            "test",
+            "--workspace",
+            "--exclude",
+            "shaper-tests",
+            "--exclude",
+            "shaper-ebpf",
+            "--",
+        ])
+        .args(&filter);
+        Ok((status_ok(c, "cargo test")?, Vec::new()))
+    });
+
+    let mut built: Option<(PathBuf, Listed)> = None;
+    let tests_dir = root.join("tests");
+    stage("build tests", &mut || {
+        let shaper_bin = ebpf::build_host(root, &object, false)?;
+        let mut listed = Vec::new();
+        for bin in test_binaries(root, &object)? {
+            let names = exec::list_tests(&bin, &tests_dir)?;
+            listed.push((bin, names));
+        }
+        built = Some((shaper_bin, listed));
+        Ok((true, Vec::new()))
+    });
+    let Some((shaper_bin, listed)) = built else {
+        report::finish(
+            root,
+            &stages,
+            run_started.elapsed().as_secs_f64(),
+            budget(args),
+        )?;
+        return Ok(1);
+    };
+    let matches = |test: &str| {
+        args.filter
+            .as_ref()
+            .is_none_or(|f| test.contains(f.as_str()))
+    };
+    let shaper_env = ("SHAPER_BIN".to_owned(), shaper_bin.display().to_string());
+
+    stage("host kernel", &mut || {
+        let plan = exec::Plan {
+            tests: planned(&listed, |_, t| matches(t)),
+            log_dir: root.join("target/test-runs/host/logs"),
+            cwd: tests_dir.clone(),
+            strict: false,
+            env: vec![shaper_env.clone()],
+        };
+        let records = exec::run_plan(&plan, None)?;
+        Ok((all_passed(&plan, &records), records))
+    });
+
+    if !args.no_vm {
+        let runs: Vec<(vm::Kernel, tiers::Tier)> = if args.quick {
+            vec![(vm::Kernel::V6_12, tiers::COMPATIBILITY)]
+        } else {
+            args.kernels.iter().map(|&k| (k, tier_of(k))).collect()
+        };
+        let available: Vec<(String, Vec<String>)> = listed
+            .iter()
+            .map(|(b, t)| (exec::binary_name(b), t.clone()))
+            .collect();
+        for (kernel, tier) in runs {
+            let name = format!("vm {} ({})", kernel.line(), tier.name);
+            stage(&name, &mut || {
+                tier.check(&available)?;
+                let config = vm::kernel_config(root, kernel)?;
+                let dir = root
+                    .join("target/test-runs")
+                    .join(format!("vm-{}", kernel.line()));
+                if dir.exists() {
+                    std::fs::remove_dir_all(&dir)
+                        .with_context(|| format!("cannot clear {}", dir.display()))?;
+                }
+                std::fs::create_dir_all(&dir)
+                    .with_context(|| format!("cannot create {}", dir.display()))?;
+                let plan = exec::Plan {
+                    tests: planned(&listed, |b, t| {
+                        tier.selects(&exec::binary_name(b), t) && matches(t)
+                    }),
+                    log_dir: dir.join("logs"),
+                    cwd: tests_dir.clone(),
+                    strict: true,
+                    env: vec![
+                        shaper_env.clone(),
+                        ("SHAPER_KERNEL_CONFIG".into(), config.display().to_string()),
+                        ("SHAPER_VM_KERNEL".into(), kernel.line().into()),
+                        ("SHAPER_REQUIRE_FULL_KERNEL".into(), "1".into()),
+                    ],
+                };
+                let plan_path = dir.join("plan.json");
+                let out_path = dir.join("results.json");
+                std::fs::write(&plan_path, serde_json::to_string(&plan)?)
+                    .with_context(|| format!("cannot write {}", plan_path.display()))?;
+                let xtask = std::env::current_exe().context("cannot find xtask's executable")?;
+                let cmd: Vec<String> = vec![
+                    xtask.display().to_string(),
+                    "exec-tests".into(),
+                    "--plan".into(),
+                    plan_path.display().to_string(),
+                    "--out".into(),
+                    out_path.display().to_string(),
+                ];
+                let code = vm::run(root, kernel, &cmd);
+                let records = exec::read_records(&out_path).unwrap_or_default();
+                let code = code?;
+                if records.len() < plan.tests.len() {
+                    eprintln!(
+                        "xtask test: the guest reported {} of {} tests (exit code {code})",
+                        records.len(),
+                        plan.tests.len()
+                    );
+                }
+                Ok((code == 0 && all_passed(&plan, &records), records))
+            });
+        }
+    }
+
+    let ok = report::finish(
+        root,
+        &stages,
+        run_started.elapsed().as_secs_f64(),
+        budget(args),
+    )?;
+    Ok(if ok { 0 } else { 1 })
+}
+
+/// Test binaries with their tests' names.
+type Listed = Vec<(PathBuf, Vec<String>)>;
+
+/// The tier each kernel runs.
+fn tier_of(kernel: vm::Kernel) -> tiers::Tier {
+    match kernel {
+        vm::Kernel::V6_12 => tiers::MAIN,
+        vm::Kernel::V7 => tiers::KERNEL_INTERFACE,
+        vm::Kernel::V6_1 => tiers::COMPATIBILITY,
+    }
+}
+
+fn budget(args: &TestArgs) -> f64 {
+    if args.quick {
+        BUDGET_QUICK_S
+    } else {
+        BUDGET_FULL_S
+    }
+}
+
+/// The tests of `listed` that `keep(binary, test)` selects, in order.
+fn planned(listed: &Listed, keep: impl Fn(&Path, &str) -> bool) -> Vec<exec::PlannedTest> {
+    listed
+        .iter()
+        .flat_map(|(bin, names)| {
+            names
+                .iter()
+                .filter(|t| keep(bin, t))
+                .map(|t| exec::PlannedTest {
+                    binary: bin.clone(),
+                    test: t.clone(),
+                })
+        })
+        .collect()
+}
+
+/// Every planned test reported, and none failed.
+fn all_passed(plan: &exec::Plan, records: &[TestRecord]) -> bool {
+    records.len() == plan.tests.len() && records.iter().all(|r| r.result != Outcome::Failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_test_executables() {
+        let json = concat!(
+            r#"{"reason":"compiler-artifact","profile":{"test":true},"executable":"/w/target/debug/deps/tc_restore-abc"}"#,
+            "\n",
+            r#"{"reason":"compiler-artifact","profile":{"test":false},"executable":"/w/target/debug/shaper"}"#,
+            "\n",
+            r#"{"reason":"compiler-artifact","profile":{"test":true},"executable":null}"#,
+            "\n",
+            r#"{"reason":"build-finished","success":true}"#,
+        );
+        assert_eq!(
+            executables(json),
+            vec![PathBuf::from("/w/target/debug/deps/tc_restore-abc")]
+        );
+    }
+}

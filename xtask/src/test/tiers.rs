@@ -1,0 +1,203 @@
+//! Which integration tests run where: the tiers of `cargo xtask test`.
+//!
+//! - **host**: every binary but none of the VM's comparisons is special
+//!   here; tests that need a feature this kernel lacks skip with a reason.
+//! - **6.12**, the series OpenWrt 25.12 runs: every test, the comparisons
+//!   against CAKE included.
+//! - **7** (the newest 7.x Debian has, 7.3 when this was written): what
+//!   touches the kernel's interface, which is where a newer kernel breaks a
+//!   BPF product: every program loads and attaches through TCX, restore,
+//!   the `BPF_PROG_TEST_RUN` suites, the tracer's BTF offsets, observe, the
+//!   telemetry ring buffer and a short shaping run.
+//! - **6.1**, which has no TCX: the compatibility subset: loading and
+//!   attaching through clsact, restore (after SIGKILL and cleanup too), both
+//!   ingress paths (the policer, and the IFB through matchall + mirred) and
+//!   `BPF_PROG_TEST_RUN`. The comparisons against CAKE measure traffic, not
+//!   the kernel's interface, and are not repeated there.
+//! - **quick** (`--quick`): the 6.1 subset run on 6.12, for the edit loop.
+//!
+//! Invariant: a test a tier names must exist; a renamed test fails the run
+//! instead of silently leaving the tier.
+
+use anyhow::{Result, bail};
+
+/// Tests of one binary a tier runs.
+#[derive(Debug, Clone, Copy)]
+pub enum Pick {
+    All,
+    Only(&'static [&'static str]),
+}
+
+/// What a VM stage runs.
+#[derive(Debug, Clone, Copy)]
+pub struct Tier {
+    pub name: &'static str,
+    /// `None`: every binary and test.
+    picks: Option<&'static [(&'static str, Pick)]>,
+}
+
+/// Binaries that run on the host kernel only: what they check does not
+/// depend on the kernel (argument and privilege errors happen before any
+/// kernel feature is touched; the one sch_fq case needs a kernel without it),
+/// and under emulation they cost minutes.
+pub const HOST_ONLY: &[&str] = &["cli_bad_input"];
+
+const PROG_TEST_RUN: [(&str, Pick); 5] = [
+    ("prog_test_run", Pick::All),
+    ("prog_test_run_fair", Pick::All),
+    ("prog_test_run_pacing", Pick::All),
+    ("prog_test_run_police", Pick::All),
+    ("prog_test_run_telemetry", Pick::All),
+];
+
+const INTERFACE: &[(&str, Pick)] = &[
+    PROG_TEST_RUN[0],
+    PROG_TEST_RUN[1],
+    PROG_TEST_RUN[2],
+    PROG_TEST_RUN[3],
+    PROG_TEST_RUN[4],
+    ("netns_counters", Pick::All),
+    ("tc_restore", Pick::All),
+    ("trace_vm", Pick::All),
+    ("observe", Pick::All),
+    (
+        "ingress_police",
+        Pick::Only(&[
+            "sigterm_restores_and_status_shows_the_ingress_hook",
+            "ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq",
+        ]),
+    ),
+    (
+        "telemetry_vm",
+        Pick::Only(&["json_records_and_metrics_describe_the_flows"]),
+    ),
+    (
+        "shaping",
+        Pick::Only(&[
+            "goodput_at_20mbit_with_4_streams_and_gso_is_85_to_100_percent",
+            "sigterm_restores_the_default_root",
+        ]),
+    ),
+];
+
+const COMPAT: &[(&str, Pick)] = &[
+    PROG_TEST_RUN[0],
+    PROG_TEST_RUN[1],
+    PROG_TEST_RUN[2],
+    PROG_TEST_RUN[3],
+    PROG_TEST_RUN[4],
+    ("netns_counters", Pick::All),
+    ("tc_restore", Pick::All),
+    ("ingress_police", Pick::All),
+    (
+        "shaping",
+        Pick::Only(&[
+            "sigterm_restores_the_default_root",
+            "sigkill_then_cleanup_restores",
+        ]),
+    ),
+];
+
+pub const MAIN: Tier = Tier {
+    name: "every test",
+    picks: None,
+};
+pub const KERNEL_INTERFACE: Tier = Tier {
+    name: "kernel interface",
+    picks: Some(INTERFACE),
+};
+pub const COMPATIBILITY: Tier = Tier {
+    name: "compatibility",
+    picks: Some(COMPAT),
+};
+
+impl Tier {
+    /// True when this tier runs `test` of `binary`.
+    pub fn selects(&self, binary: &str, test: &str) -> bool {
+        if HOST_ONLY.contains(&binary) {
+            return false;
+        }
+        let Some(picks) = self.picks else {
+            return true;
+        };
+        picks.iter().any(|(b, pick)| {
+            *b == binary
+                && match pick {
+                    Pick::All => true,
+                    Pick::Only(names) => names.contains(&test),
+                }
+        })
+    }
+
+    /// Fails when the tier names a binary or test that `available`
+    /// (binary, its tests) lacks.
+    pub fn check(&self, available: &[(String, Vec<String>)]) -> Result<()> {
+        let Some(picks) = self.picks else {
+            return Ok(());
+        };
+        for (binary, pick) in picks {
+            let Some((_, tests)) = available.iter().find(|(b, _)| b == binary) else {
+                bail!(
+                    "the {} tier names the test binary {binary}, which the build has not: \
+                     update xtask/src/test/tiers.rs",
+                    self.name
+                );
+            };
+            if let Pick::Only(names) = pick {
+                for name in *names {
+                    if !tests.iter().any(|t| t == name) {
+                        bail!(
+                            "the {} tier names {binary}::{name}, which does not exist: \
+                             update xtask/src/test/tiers.rs",
+                            self.name
+                        );
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_main_tier_runs_everything_but_host_only_binaries() {
+        assert!(MAIN.selects("fair_vm", "anything"));
+        assert!(!MAIN.selects("cli_bad_input", "bad_rates_exit_2"));
+    }
+
+    #[test]
+    fn the_subsets_leave_the_comparisons_out() {
+        for tier in [KERNEL_INTERFACE, COMPATIBILITY] {
+            assert!(!tier.selects("fair_vm", "goodput_with_gso_matches_cake"));
+            assert!(!tier.selects("lone_flow_vm", "a_lone_flow_gets_the_rate_cake_gets"));
+            assert!(tier.selects("tc_restore", "htb_tree_with_leaves_and_filters_comes_back"));
+            assert!(tier.selects("prog_test_run_police", "any"));
+        }
+        assert!(COMPATIBILITY.selects("shaping", "sigkill_then_cleanup_restores"));
+        assert!(!COMPATIBILITY.selects("shaping", "htb_tree_comes_back_exactly"));
+        assert!(COMPATIBILITY.selects("ingress_police", "a_flood_is_policed"));
+        assert!(KERNEL_INTERFACE.selects("observe", "flowtable_offload_is_listed"));
+        assert!(!COMPATIBILITY.selects("observe", "flowtable_offload_is_listed"));
+    }
+
+    #[test]
+    fn a_missing_named_test_fails_the_check() {
+        let available = vec![
+            (
+                "shaping".to_owned(),
+                vec!["sigterm_restores_the_default_root".to_owned()],
+            ),
+            ("tc_restore".to_owned(), vec![]),
+        ];
+        let err = COMPATIBILITY
+            .check(&available)
+            .expect_err("prog_test_run is missing")
+            .to_string();
+        assert!(err.contains("prog_test_run"), "{err}");
+        assert!(MAIN.check(&[]).is_ok());
+    }
+}
