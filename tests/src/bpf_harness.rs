@@ -3,8 +3,9 @@
 //! maps, and checks that a run moved the counters by exactly what was
 //! expected (every other counter by zero).
 //!
-//! Needs root (CAP_BPF and CAP_NET_ADMIN) and a kernel >= 5.18; otherwise
-//! [`Harness::load`] prints `skipped: <reason>` and returns `None`.
+//! Needs root (CAP_BPF and CAP_NET_ADMIN) and a kernel >= 5.18: a test
+//! checks that with `require(&[Need::Bpf])` first (see [`crate::skip`]), and
+//! [`Harness::load`] then panics when it cannot load, with the reason.
 
 use std::{collections::BTreeMap, os::fd::AsFd};
 
@@ -78,18 +79,17 @@ pub struct Harness {
 pub type Counts = [u64; Counter::COUNT as usize];
 
 impl Harness {
-    /// Loads the egress classifier, or returns None after printing why the
-    /// machine cannot run it. The config starts disabled (all zero).
-    pub fn load() -> Option<Self> {
+    /// Loads the egress classifier; panics when it cannot (the test checked
+    /// `Need::Bpf` before). The config starts disabled (all zero).
+    pub fn load() -> Self {
         Self::load_program(EGRESS_PROGRAM)
     }
 
     /// As [`Harness::load`], for the object's program `name` (the egress
     /// classifier or the ingress policer: they share the maps).
-    pub fn load_program(name: &str) -> Option<Self> {
+    pub fn load_program(name: &str) -> Self {
         if let Some(reason) = skip_reason() {
-            let _ = crate::skip::skip(&reason);
-            return None;
+            panic!("cannot load {name}: {reason} (a test checks require(&[Need::Bpf]) first)");
         }
         let object = shaper::bpf::object().unwrap_or_else(|e| {
             panic!(
@@ -127,7 +127,7 @@ impl Harness {
         let flows = Array::try_from(take(&mut ebpf, maps::FLOWS)).expect("flows map type");
         let police_link =
             Array::try_from(take(&mut ebpf, maps::POLICE_LINK)).expect("police link map type");
-        Some(Self {
+        Self {
             ebpf,
             prog,
             config,
@@ -136,7 +136,7 @@ impl Harness {
             fair,
             flows,
             police_link,
-        })
+        }
     }
 
     /// The telemetry ring buffer (take it once).
@@ -157,17 +157,12 @@ impl Harness {
         epoch
     }
 
-    /// SHAPER_FAIR's entry while the epoch is still `epoch`; `None`, with
-    /// the reason printed, once the test has crossed into another (its
-    /// checks of per-epoch counts then do not apply: an epoch is 8.4 ms,
-    /// short under emulation).
+    /// SHAPER_FAIR's entry while the epoch is still `epoch`; `None` once the
+    /// test has crossed into another (its checks of per-epoch counts then
+    /// do not apply). Run the attempt under [`in_one_epoch`].
     pub fn fair_in_epoch(&self, epoch: u64) -> Option<FairState> {
         let s = self.fair.get(&0, 0).expect("read SHAPER_FAIR");
-        if s.epoch != epoch {
-            eprintln!("skipped the remaining checks: crossed an epoch boundary during the test");
-            return None;
-        }
-        Some(s)
+        (s.epoch == epoch).then_some(s)
     }
 
     pub fn set_config(&mut self, config: PacerConfig) {
@@ -221,6 +216,27 @@ impl Harness {
         assert_counts_moved(what, &before, &self.counts(), expected);
         out
     }
+}
+
+/// How many times [`in_one_epoch`] tries before it fails the test.
+pub const EPOCH_ATTEMPTS: u32 = 10;
+
+/// Runs `attempt` until it returns `Some`: `None` means the attempt crossed
+/// a fair-pacer epoch boundary (8.4 ms, short under emulation), so its
+/// per-epoch checks had nothing to check. Each retry is reported through
+/// [`crate::skip::note_retry`]; after [`EPOCH_ATTEMPTS`] misses the test
+/// fails. An attempt loads its own [`Harness`], so none sees another's
+/// state.
+pub fn in_one_epoch<T>(mut attempt: impl FnMut() -> Option<T>) -> T {
+    for n in 1..=EPOCH_ATTEMPTS {
+        if let Some(v) = attempt() {
+            return v;
+        }
+        crate::skip::note_retry(&format!(
+            "attempt {n} crossed an epoch boundary during the test"
+        ));
+    }
+    panic!("every one of {EPOCH_ATTEMPTS} attempts crossed an epoch boundary");
 }
 
 /// Asserts `after - before` equals `expected` exactly (unlisted counters: 0).

@@ -9,7 +9,11 @@
 //!   kernels have every feature the suite uses) a missing need fails the
 //!   test instead, so a VM tier cannot pass by testing nothing.
 //! - A test never returns early any other way: a harness that cannot load,
-//!   a missing tool and a missing qdisc all go through here.
+//!   a missing tool and a missing qdisc all go through here, in one form
+//!   that a grep finds: `if !require(&[Need::...]) { return; }` before the
+//!   test changes anything (a probe only the test can run is a
+//!   `Need::Probed`). The harnesses behind a need then panic when they
+//!   cannot load: by then the need was checked.
 //!
 //! - A comparison that re-measures a missed round says so through
 //!   [`note_retry`], in the same fixed form (`retried: <test>: <reason>`).
@@ -19,6 +23,8 @@
 
 use std::process::Command;
 
+use shaper::checks::{CAP_NET_ADMIN, CAP_SYS_ADMIN, Capabilities};
+
 use crate::topo::is_root;
 
 /// What a test needs from the machine.
@@ -26,6 +32,13 @@ use crate::topo::is_root;
 pub enum Need<'a> {
     /// Effective uid 0.
     Root,
+    /// Loading and test-running a SCHED_CLS program: CAP_BPF and
+    /// CAP_NET_ADMIN (or root) and a kernel the `__sk_buff` mirror fits
+    /// ([`crate::bpf_harness::MIN_KERNEL`]).
+    Bpf,
+    /// CAP_NET_ADMIN and CAP_SYS_ADMIN: changing qdiscs in a network
+    /// namespace of the test's own.
+    NetAdmin,
     /// A qdisc kind the kernel can create (probed without changing anything).
     Sch(&'a str),
     /// A program on `PATH` that answers `<tool> <arg>` with success.
@@ -39,6 +52,12 @@ impl Need<'_> {
     fn missing(&self) -> Option<String> {
         match *self {
             Need::Root => (!is_root()).then(|| "needs root".to_owned()),
+            Need::Bpf => crate::bpf_harness::skip_reason(),
+            Need::NetAdmin => {
+                let caps = Capabilities::current().expect("read /proc/self/status");
+                (!caps.has(CAP_NET_ADMIN) || !caps.has(CAP_SYS_ADMIN))
+                    .then(|| "needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root)".to_owned())
+            }
             Need::Sch(kind) => (!shaper::tc::probe_qdisc_kind(kind).unwrap_or(false))
                 .then(|| format!("this kernel lacks sch_{kind}")),
             Need::Tool(tool, arg) => (!Command::new(tool)

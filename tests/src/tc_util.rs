@@ -1,6 +1,6 @@
 //! Helpers for the qdisc save/restore tests: the complete `tc -d` view of an
-//! interface, the running kernel's configuration, and why a machine cannot
-//! run the tests.
+//! interface, the running kernel's configuration, and what the tests need
+//! from the machine.
 //!
 //! Also the round trip every restore test runs (snapshot through the file
 //! format, install, restore twice, compare views) and its building blocks.
@@ -12,12 +12,9 @@
 
 use std::{ffi::CString, io::Read, process::Command};
 
-use shaper::{
-    checks::{CAP_NET_ADMIN, CAP_SYS_ADMIN, Capabilities},
-    tc::{self, Attr, Snapshot, TcError},
-};
+use shaper::tc::{self, Attr, Snapshot, TcError};
 
-use crate::netns::NetNsGuard;
+use crate::{netns::NetNsGuard, skip::Need};
 
 /// Runs a shell command and returns its exit status, stdout and stderr as
 /// one string: a command that fails is part of the view, not a test error.
@@ -151,22 +148,9 @@ pub fn kernel_config(option: &str) -> Option<String> {
         .map(str::to_owned)
 }
 
-/// Why this machine cannot run the tc tests, if it cannot: they need
-/// CAP_NET_ADMIN and CAP_SYS_ADMIN (for namespaces) and the `tc` tool.
-pub fn skip_reason() -> Option<String> {
-    let caps = Capabilities::current().expect("read /proc/self/status");
-    if !caps.has(CAP_NET_ADMIN) || !caps.has(CAP_SYS_ADMIN) {
-        return Some("needs CAP_NET_ADMIN and CAP_SYS_ADMIN (run as root)".into());
-    }
-    if !Command::new("tc")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success())
-    {
-        return Some("needs the `tc` tool (iproute2)".into());
-    }
-    None
-}
+/// What the tc tests need: CAP_NET_ADMIN and CAP_SYS_ADMIN (for
+/// namespaces) and the `tc` tool. A test checks `require(NEEDS)` first.
+pub const NEEDS: &[Need<'static>] = &[Need::NetAdmin, Need::Tool("tc", "-V")];
 
 // ---------------------------------------------------------------------------
 // Round trips through shaper::tc
@@ -185,16 +169,13 @@ pub fn htb_options() -> Vec<u8> {
     tc::encode_attrs(&[Attr::bytes(TCA_HTB_INIT, &glob)])
 }
 
-/// Enters a fresh namespace with IPv6 off, or says why the test is skipped.
-pub fn setup() -> Option<NetNsGuard> {
-    if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
-        return None;
-    }
+/// Enters a fresh namespace with IPv6 off and the action modules loaded.
+/// The test checked [`NEEDS`] first.
+pub fn setup() -> NetNsGuard {
     let guard = NetNsGuard::new();
     no_ipv6();
     preload_action_modules();
-    Some(guard)
+    guard
 }
 
 /// Makes sure the action modules the tests use are loaded. Where an action

@@ -16,7 +16,8 @@ use aya::{
 use shaper_common::{EGRESS_PROGRAM, config::PacerConfig, counters::Counter, maps};
 use shaper_tests::{
     netns::{NetNsGuard, sh, veth_pair},
-    topo::{NamedNs, is_root},
+    skip::{Need, require},
+    topo::NamedNs,
 };
 
 const DATAGRAMS: u64 = 200;
@@ -69,8 +70,7 @@ fn tc_state(dev: &str) -> String {
 
 #[test]
 fn hook_counters_equal_what_was_sent_and_detach_leaves_no_trace() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
+    if !require(&[Need::Root]) {
         return;
     }
     let _ns = NetNsGuard::new();
@@ -155,6 +155,19 @@ fn hook_counters_equal_what_was_sent_and_detach_leaves_no_trace() {
     assert_eq!(tc_state("va0"), before, "detaching left something behind");
 }
 
+/// True when /dev/net/tun opens. Without udev (the VM's minimal init) the
+/// node may be missing: it is made first, and opening char 10:200
+/// autoloads a modular tun.
+fn tun_usable() -> bool {
+    let tun = std::path::Path::new("/dev/net/tun");
+    if !tun.exists() {
+        let _ = std::process::Command::new("sh")
+            .args(["-c", "mkdir -p /dev/net && mknod /dev/net/tun c 10 200"])
+            .status();
+    }
+    std::fs::File::open(tun).is_ok()
+}
+
 /// Regression guard for devices without a link-layer header (PPP, WireGuard,
 /// tun): `shaper run` sets `FLAG_NO_L2` for them, and the classifier must then
 /// read the network header at offset 0, with `skb->protocol` naming it. Read
@@ -162,20 +175,13 @@ fn hook_counters_equal_what_was_sent_and_detach_leaves_no_trace() {
 /// ethertype and every packet counted as non-IP.
 #[test]
 fn device_without_link_header_is_parsed_from_the_ip_header() {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return;
-    }
-    // Without udev (the VM's minimal init) the node may be missing; opening
-    // char 10:200 autoloads a modular tun.
-    let tun = std::path::Path::new("/dev/net/tun");
-    if !tun.exists() {
-        let _ = std::process::Command::new("sh")
-            .args(["-c", "mkdir -p /dev/net && mknod /dev/net/tun c 10 200"])
-            .status();
-    }
-    if std::fs::File::open(tun).is_err() {
-        eprintln!("skipped: no usable /dev/net/tun (CONFIG_TUN)");
+    // The probe makes the device node, which needs root.
+    if !require(&[Need::Root])
+        || !require(&[Need::Probed(
+            tun_usable(),
+            "a usable /dev/net/tun (CONFIG_TUN)",
+        )])
+    {
         return;
     }
     let _ns = NetNsGuard::new();

@@ -7,9 +7,10 @@
 //! must raise the named counters by the named amounts and leave every other
 //! counter alone.
 //!
-//! Needs root (CAP_BPF and CAP_NET_ADMIN) and a kernel >= 5.18; otherwise
-//! each test prints `skipped: <reason>` and passes. A missing BPF object is a
-//! build mistake, not a skip: the tests panic and say how to build it.
+//! Needs root (CAP_BPF and CAP_NET_ADMIN) and a kernel >= 5.18 (`Need::Bpf`:
+//! a skip with the reason on the host, a failure in the VM). A missing BPF
+//! object is a build mistake, not a skip: the tests panic and say how to
+//! build it.
 //!
 //! Run: `cargo test -p shaper-tests --test prog_test_run -- --test-threads=1`
 //! (pacing: `--test prog_test_run_pacing`).
@@ -23,6 +24,7 @@ use shaper_tests::bpf_harness::*;
 use shaper_tests::packets::{
     ETH_HLEN, ExtHeader, Frame, Ipv4, Ipv6, Packet, Tpid, Transport, ipproto,
 };
+use shaper_tests::skip::{Need, require};
 
 // ---------------------------------------------------------------------------
 // Classification
@@ -305,7 +307,10 @@ fn truncation_cases() -> Vec<Case> {
 
 #[test]
 fn each_class_gets_its_verdict_and_exactly_its_counters() {
-    let Some(h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = Harness::load();
     // Pacing off (config all zero): every frame passes unpaced.
     let cases = classification_cases();
     for c in &cases {
@@ -322,7 +327,10 @@ fn each_class_gets_its_verdict_and_exactly_its_counters() {
 
 #[test]
 fn frames_cut_inside_each_header_count_as_truncated() {
-    let Some(h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = Harness::load();
     let cases = truncation_cases();
     for c in &cases {
         assert!(
@@ -343,7 +351,10 @@ fn frames_cut_inside_each_header_count_as_truncated() {
 
 #[test]
 fn kernel_refuses_frames_shorter_than_an_ethernet_header() {
-    let Some(h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = Harness::load();
     let frame = Frame::lldp().build();
     for len in 0..MIN_PACKET_LEN {
         let before = h.counts();
@@ -372,7 +383,10 @@ fn kernel_refuses_frames_shorter_than_an_ethernet_header() {
 /// or UDP.
 #[test]
 fn ipv6_non_first_fragment_is_not_parsed_into_its_payload() {
-    let Some(h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = Harness::load();
     use Counter::{Ipv6 as V6, OtherIp};
     for (payload, what) in [
         (vec![0x00], "1 payload byte"),
@@ -406,7 +420,10 @@ fn ipv6_non_first_fragment_is_not_parsed_into_its_payload() {
 /// class it cannot vouch for.
 #[test]
 fn header_lengths_below_the_minimum_count_as_truncated() {
-    let Some(h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = Harness::load();
     let mut ihl4 = v4(Transport::tcp()).build();
     let l3 = ihl4.layout.l3.start;
     ihl4.bytes[l3] = 0x44;
@@ -434,7 +451,10 @@ fn header_lengths_below_the_minimum_count_as_truncated() {
 /// the two outcomes.
 #[test]
 fn kernel_refuses_untagged_ip_frames_shorter_than_the_ip_header() {
-    let Some(h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = Harness::load();
     let mut refused = Vec::new();
     for (p, ip_end) in [
         (v4(Transport::tcp()).build(), ETH_HLEN + 20),
@@ -471,7 +491,10 @@ fn kernel_refuses_untagged_ip_frames_shorter_than_the_ip_header() {
 
 #[test]
 fn ctx_fields_round_trip_through_the_kernel() {
-    let Some(h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = Harness::load();
     let frame = udp_frame(100);
     let ctx = SkBuff {
         mark: 0x5a,
@@ -495,7 +518,10 @@ fn ctx_fields_round_trip_through_the_kernel() {
 
 #[test]
 fn ctx_with_output_only_fields_is_refused_and_named() {
-    let Some(h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = Harness::load();
     let ctx = SkBuff {
         len: 100,
         protocol: 8,
@@ -513,7 +539,10 @@ fn ctx_with_output_only_fields_is_refused_and_named() {
 
 #[test]
 fn ctx_ifindex_of_a_missing_device_is_enodev() {
-    let Some(h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = Harness::load();
     let ctx = SkBuff {
         ifindex: 0x7fff_fff0,
         ..SkBuff::default()
@@ -525,7 +554,10 @@ fn ctx_ifindex_of_a_missing_device_is_enodev() {
 
 #[test]
 fn wrapper_agrees_with_aya_test_run() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let (config, _) = pacing_at(10_000);
     h.set_config(config);
     let clock = monotonic_ns() + 100_000_000;
@@ -573,7 +605,10 @@ fn wrapper_agrees_with_aya_test_run() {
 
 #[test]
 fn per_packet_cost_with_repeat_1000() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let frame = Frame::ipv4(Ipv4::new(Transport::tcp())).build().bytes;
     let repeat = 1000u32;
     let mut report = Vec::new();

@@ -18,6 +18,7 @@ use shaper_common::{
 use shaper_tests::{
     bpf_harness::*,
     packets::{Frame, Ipv4, Ipv6, Packet, Tpid, Transport, internet_checksum, udp4_ecn},
+    skip::{Need, require},
 };
 
 const SHOT: i32 = 2;
@@ -40,7 +41,10 @@ fn counted(before: &Counts, after: &Counts, c: Counter) -> u64 {
 
 #[test]
 fn new_flow_passes_then_its_own_clock_paces_it_and_other_flows_pass() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     one_set(&mut h);
     let a = udp4_ecn(1000, 0);
     let before = h.counts();
@@ -79,7 +83,10 @@ fn new_flow_passes_then_its_own_clock_paces_it_and_other_flows_pass() {
 #[test]
 fn the_aggregate_pacer_would_queue_the_second_flow() {
     // The contrast: one clock for all traffic.
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let (config, _) = pacing_at(10_000);
     h.set_config(config);
     h.run(&udp4_ecn(1000, 0).bytes, None);
@@ -99,7 +106,10 @@ fn standing_queue(h: &mut Harness, p: &Packet, ahead_ns: u64) {
 
 #[test]
 fn ect_packet_in_a_standing_queue_is_ce_marked_with_a_valid_checksum() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     one_set(&mut h);
     let p = udp4_ecn(1000, 0b10); // ECT(0)
     standing_queue(&mut h, &p, 60_000_000);
@@ -125,7 +135,10 @@ fn ect_packet_in_a_standing_queue_is_ce_marked_with_a_valid_checksum() {
 
 #[test]
 fn ipv6_ect_packet_is_ce_marked_in_the_traffic_class() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     one_set(&mut h);
     let mut p = Frame::ipv6(Ipv6::new(Transport::Udp { payload_len: 100 })).build();
     let l3 = p.layout.l3.start;
@@ -140,7 +153,10 @@ fn ipv6_ect_packet_is_ce_marked_in_the_traffic_class() {
 
 #[test]
 fn non_ect_packet_in_a_standing_queue_is_dropped_without_using_a_slot() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     one_set(&mut h);
     let p = udp4_ecn(1000, 0);
     standing_queue(&mut h, &p, 60_000_000);
@@ -158,7 +174,10 @@ fn non_ect_packet_in_a_standing_queue_is_dropped_without_using_a_slot() {
 
 #[test]
 fn beyond_the_horizon_is_a_horizon_drop() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     one_set(&mut h);
     let p = udp4_ecn(1000, 0b10);
     standing_queue(&mut h, &p, 2_000_000_000);
@@ -172,7 +191,10 @@ fn beyond_the_horizon_is_a_horizon_drop() {
 
 #[test]
 fn a_full_set_of_backlogged_flows_makes_the_next_flow_share() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     one_set(&mut h);
     // Eight flows, each made backlogged far ahead.
     for port in 0..WAYS as u16 {
@@ -201,7 +223,10 @@ fn a_full_set_of_backlogged_flows_makes_the_next_flow_share() {
 
 #[test]
 fn vlan_id_is_part_of_the_flow_key() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     one_set(&mut h);
     let inner = || Frame::ipv4(Ipv4::new(Transport::Udp { payload_len: 64 }));
     let before = h.counts();
@@ -211,37 +236,35 @@ fn vlan_id_is_part_of_the_flow_key() {
     assert_eq!(counted(&before, &h.counts(), Counter::FlowNew), 2);
 }
 
-/// Writes `state` as the fair state of the epoch before now, with
-/// `scheduled` epochs of transmission time in that epoch's slot, sends one
-/// packet (which rolls the epoch) and returns the epoch it used and the
-/// state after it. `None` when the call straddled an epoch boundary (8 ms):
-/// the update then has no measurement. Rare; the caller skips rather than
-/// assert nonsense.
+/// Loads a harness, writes `state` as the fair state of the epoch before
+/// now, with `scheduled` epochs of transmission time in that epoch's slot,
+/// sends one packet (which rolls the epoch) and returns the harness, the
+/// epoch it used and the states before and after. An attempt that
+/// straddled an epoch boundary (8 ms) has no measurement and is retried
+/// ([`in_one_epoch`]).
 fn roll_with_one_packet(
-    h: &mut Harness,
     state: FairState,
     scheduled_ns: u64,
-) -> Option<(u64, FairState, FairState)> {
-    one_set(h);
-    let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
-    let mut state = FairState {
-        epoch: now_epoch - 1,
-        ..state
-    };
-    state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = scheduled_ns;
-    h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
-    h.run(&udp4_ecn(1000, 0).bytes, None);
-    let after = h.fair.get(&0, 0).expect("read");
-    if after.epoch != now_epoch {
-        eprintln!("skipped: crossed an epoch boundary during the test");
-        return None;
-    }
-    Some((now_epoch, state, after))
+) -> (Harness, u64, FairState, FairState) {
+    in_one_epoch(|| {
+        let mut h = Harness::load();
+        one_set(&mut h);
+        let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
+        let mut state = state;
+        state.epoch = now_epoch - 1;
+        state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = scheduled_ns;
+        h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+        h.run(&udp4_ecn(1000, 0).bytes, None);
+        let after = h.fair.get(&0, 0).expect("read");
+        (after.epoch == now_epoch).then_some((h, now_epoch, state, after))
+    })
 }
 
 #[test]
 fn the_multiplier_is_capped_by_the_active_flows() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
     // Slow-start bursts: m at 8 and the epoch twice over, with one flow in
     // the last activity window and the same one in this one (so the count
     // is one whether or not the epoch change also starts a new window).
@@ -251,16 +274,16 @@ fn the_multiplier_is_capped_by_the_active_flows() {
         active_now: 1,
         ..FairState::default()
     };
-    let Some((_, _, after)) = roll_with_one_packet(&mut h, state, EPOCH_NS * 2) else {
-        return;
-    };
+    let (_, _, _, after) = roll_with_one_packet(state, EPOCH_NS * 2);
     // One active flow: m is at most 2 (one flow of slack).
     assert_eq!(after.mult_q16, 2 * MULT_ONE);
 }
 
 #[test]
 fn an_overfull_epoch_raises_the_multiplier_once() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
     let state = FairState {
         mult_q16: 2 * MULT_ONE,
         // Three flows sent in this window: the cap (4) is above what the
@@ -269,10 +292,7 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
         ..FairState::default()
     };
     // The epoch just finished carried 1.5 epochs of transmission time.
-    let Some((now_epoch, before, after)) = roll_with_one_packet(&mut h, state, EPOCH_NS * 3 / 2)
-    else {
-        return;
-    };
+    let (h, now_epoch, before, after) = roll_with_one_packet(state, EPOCH_NS * 3 / 2);
     let mut library = before;
     roll_epoch(&mut library, now_epoch);
     assert_eq!(after.updates, 1);
@@ -307,33 +327,34 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
 
 #[test]
 fn a_flow_becoming_backlogged_beyond_the_recent_count_shrinks_the_share() {
-    let Some(mut h) = Harness::load() else { return };
-    one_set(&mut h);
-    // One flow was backlogged recently, and one already is in this epoch.
-    let now_epoch = h.set_fair_in_this_epoch(FairState {
-        backlogged_now: 1,
-        backlogged_ref_q8: 1 << 8,
-        ..FairState::default()
-    });
-    let p = udp4_ecn(5000, 0);
-    h.run(&p.bytes, None); // new flow: passes, not backlogged
-    assert_eq!(h.fair.get(&0, 0).expect("read").mult_q16, MULT_ONE);
-    let out = h.run(&p.bytes, None); // paced: the second backlogged flow
-    assert_ne!(out.ctx.tstamp, 0);
-    let Some(after) = h.fair_in_epoch(now_epoch) else {
+    if !require(&[Need::Bpf]) {
         return;
-    };
+    }
+    let (after, again) = in_one_epoch(|| {
+        let mut h = Harness::load();
+        one_set(&mut h);
+        // One flow was backlogged recently, and one already is in this epoch.
+        let now_epoch = h.set_fair_in_this_epoch(FairState {
+            backlogged_now: 1,
+            backlogged_ref_q8: 1 << 8,
+            ..FairState::default()
+        });
+        let p = udp4_ecn(5000, 0);
+        h.run(&p.bytes, None); // new flow: passes, not backlogged
+        assert_eq!(h.fair.get(&0, 0).expect("read").mult_q16, MULT_ONE);
+        let out = h.run(&p.bytes, None); // paced: the second backlogged flow
+        assert_ne!(out.ctx.tstamp, 0);
+        let after = h.fair_in_epoch(now_epoch)?;
+        // Its third packet is counted once per epoch only: no further change.
+        h.run(&p.bytes, None);
+        Some((after, h.fair_in_epoch(now_epoch)?))
+    });
     assert_eq!(after.backlogged_now, 2);
     assert_eq!(
         after.mult_q16,
         2 * MULT_ONE,
         "two flows: half the rate each"
     );
-    // Its third packet is counted once per epoch only: no further change.
-    h.run(&p.bytes, None);
-    let Some(again) = h.fair_in_epoch(now_epoch) else {
-        return;
-    };
     assert_eq!((again.backlogged_now, again.mult_q16), (2, 2 * MULT_ONE));
 }
 
@@ -343,7 +364,10 @@ fn a_flow_becoming_backlogged_beyond_the_recent_count_shrinks_the_share() {
 /// `bpf_skb_set_tstamp` as mono delivery times).
 #[test]
 fn on_an_ifb_stamps_are_mono_delivery_times_and_receive_times_are_ignored() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let (mut config, _) = fair_at(10_000);
     config.flow_sets_mask = 0;
     config.flags |= shaper_common::config::FLAG_DELIVERY_MONO;
@@ -385,16 +409,19 @@ fn on_an_ifb_stamps_are_mono_delivery_times_and_receive_times_are_ignored() {
 /// one sparse flow, through the cap).
 #[test]
 fn a_lone_backlogged_flow_keeps_the_whole_rate() {
-    let Some(mut h) = Harness::load() else { return };
-    one_set(&mut h);
-    let now_epoch = h.set_fair_in_this_epoch(FairState::default());
-    let p = udp4_ecn(5100, 0);
-    h.run(&p.bytes, None); // new flow: passes
-    let out = h.run(&p.bytes, None); // paced: the first backlogged flow
-    assert_ne!(out.ctx.tstamp, 0, "the second packet is paced");
-    let Some(after) = h.fair_in_epoch(now_epoch) else {
+    if !require(&[Need::Bpf]) {
         return;
-    };
+    }
+    let after = in_one_epoch(|| {
+        let mut h = Harness::load();
+        one_set(&mut h);
+        let now_epoch = h.set_fair_in_this_epoch(FairState::default());
+        let p = udp4_ecn(5100, 0);
+        h.run(&p.bytes, None); // new flow: passes
+        let out = h.run(&p.bytes, None); // paced: the first backlogged flow
+        assert_ne!(out.ctx.tstamp, 0, "the second packet is paced");
+        h.fair_in_epoch(now_epoch)
+    });
     assert_eq!(after.backlogged_now, 1);
     assert_eq!(
         after.mult_q16, MULT_ONE,

@@ -9,6 +9,7 @@ use shaper_common::{config::DEFAULT_HORIZON_NS, counters::Counter};
 use shaper_tests::{
     bpf_harness::*,
     packets::{ETH_HLEN, Frame, Ipv4, Transport},
+    skip::{Need, require},
 };
 
 // ---------------------------------------------------------------------------
@@ -17,7 +18,10 @@ use shaper_tests::{
 
 #[test]
 fn pacing_disabled_leaves_tstamp_and_clock_alone() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let (mut config, _) = pacing_at(10_000);
     config.flags = 0;
     h.set_config(config);
@@ -42,7 +46,10 @@ fn pacing_disabled_leaves_tstamp_and_clock_alone() {
 
 #[test]
 fn enabled_flag_with_zero_rate_shift_counts_as_disabled() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let (mut config, _) = pacing_at(10_000);
     config.rate_shift = 0;
     h.set_config(config);
@@ -60,7 +67,10 @@ fn enabled_flag_with_zero_rate_shift_counts_as_disabled() {
 
 #[test]
 fn back_to_back_packets_depart_one_transmission_time_apart() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     // 80 kbit/s: 100 us per byte, so a 200-byte frame occupies 20 ms, far
     // longer than the few microseconds between two syscalls.
     let (config, rate) = pacing_at(10_000);
@@ -126,7 +136,10 @@ fn back_to_back_packets_depart_one_transmission_time_apart() {
 
 #[test]
 fn clock_beyond_horizon_drops_without_advancing() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let (mut config, _) = pacing_at(10_000);
     config.horizon_ns = 1_000_000_000;
     h.set_config(config);
@@ -161,7 +174,10 @@ fn clock_beyond_horizon_drops_without_advancing() {
 /// headers for many segments, so TCP with GSO got slightly more than the rate.
 #[test]
 fn gso_packet_is_charged_its_wire_length() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let (config, rate) = pacing_at(1_000_000);
     h.set_config(config);
     let segs = 4u32;
@@ -224,7 +240,10 @@ fn gso_packet_is_charged_its_wire_length() {
 
 #[test]
 fn socket_tstamp_later_than_clock_is_kept() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let (config, rate) = pacing_at(10_000);
     h.set_config(config);
     let frame = udp_frame(100);
@@ -254,7 +273,10 @@ fn socket_tstamp_later_than_clock_is_kept() {
 
 #[test]
 fn socket_tstamp_earlier_than_clock_is_paced_to_clock() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let (config, rate) = pacing_at(10_000);
     h.set_config(config);
     let frame = udp_frame(100);
@@ -289,7 +311,10 @@ fn socket_tstamp_earlier_than_clock_is_paced_to_clock() {
 
 #[test]
 fn truncated_and_non_ip_frames_are_paced_too() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let (config, rate) = pacing_at(10_000);
     h.set_config(config);
     let clock = monotonic_ns() + 100_000_000;

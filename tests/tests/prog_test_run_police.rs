@@ -6,7 +6,8 @@
 //! more than one signal in four packets; a clock past the horizon is pulled
 //! back and counted.
 //!
-//! Runs on this machine's kernel (no sch_fq needed) and in the VM.
+//! Runs on this machine's kernel (no sch_fq needed) and in the VM; needs
+//! `Need::Bpf` (see [`shaper_tests::skip`]).
 //! Run: `cargo test -p shaper-tests --test prog_test_run_police -- --test-threads=1`
 
 use shaper::bpf::test_run::SkBuff;
@@ -21,17 +22,18 @@ use shaper_common::{
 use shaper_tests::{
     bpf_harness::*,
     packets::{Packet, internet_checksum, udp4_ecn},
+    skip::{Need, require},
 };
 
 const MS: u64 = 1_000_000;
 
 /// The policer at 10 kB/s (100 us per byte) with one flow-table set.
-fn police_harness() -> Option<Harness> {
-    let mut h = Harness::load_program(POLICE_PROGRAM)?;
+fn police_harness() -> Harness {
+    let mut h = Harness::load_program(POLICE_PROGRAM);
     let (mut config, _) = fair_at(10_000);
     config.flow_sets_mask = 0;
     h.set_config(config);
-    Some(h)
+    h
 }
 
 fn set0(h: &Harness) -> FlowSet {
@@ -78,7 +80,10 @@ fn way_of(h: &Harness, p: &Packet) -> usize {
 
 #[test]
 fn packets_pass_at_once_and_the_timestamp_is_left_alone() {
-    let Some(h) = police_harness() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = police_harness();
     let p = udp4_ecn(1000, 0);
     let ctx = SkBuff {
         tstamp: 123_456_789,
@@ -120,9 +125,10 @@ fn packets_pass_at_once_and_the_timestamp_is_left_alone() {
 
 #[test]
 fn an_overloaded_link_ce_marks_an_ect_flow_above_its_share_with_a_valid_checksum() {
-    let Some(mut h) = police_harness() else {
+    if !require(&[Need::Bpf]) {
         return;
-    };
+    }
+    let mut h = police_harness();
     let p = udp4_ecn(1000, 0b10);
     let way = way_of(&h, &p);
     overload_link(&mut h, 60 * MS);
@@ -154,9 +160,10 @@ fn an_overloaded_link_ce_marks_an_ect_flow_above_its_share_with_a_valid_checksum
 
 #[test]
 fn an_overloaded_link_drops_a_non_ect_flow_above_its_share() {
-    let Some(mut h) = police_harness() else {
+    if !require(&[Need::Bpf]) {
         return;
-    };
+    }
+    let mut h = police_harness();
     let p = udp4_ecn(1000, 0);
     let way = way_of(&h, &p);
     overload_link(&mut h, 60 * MS);
@@ -185,9 +192,10 @@ fn an_overloaded_link_drops_a_non_ect_flow_above_its_share() {
 
 #[test]
 fn a_sparse_flow_is_never_touched_even_when_the_link_is_overloaded() {
-    let Some(mut h) = police_harness() else {
+    if !require(&[Need::Bpf]) {
         return;
-    };
+    }
+    let mut h = police_harness();
     let p = udp4_ecn(1000, 0);
     h.run(&p.bytes, None);
     for i in 0..8 {
@@ -216,9 +224,10 @@ fn a_sparse_flow_is_never_touched_even_when_the_link_is_overloaded() {
 
 #[test]
 fn no_flow_gets_more_than_one_signal_in_four_packets() {
-    let Some(mut h) = police_harness() else {
+    if !require(&[Need::Bpf]) {
         return;
-    };
+    }
+    let mut h = police_harness();
     let p = udp4_ecn(1000, 0b01);
     let way = way_of(&h, &p);
     let mut signalled = Vec::new();
@@ -251,9 +260,10 @@ fn no_flow_gets_more_than_one_signal_in_four_packets() {
 
 #[test]
 fn a_clock_past_the_horizon_is_pulled_back_and_counted() {
-    let Some(mut h) = police_harness() else {
+    if !require(&[Need::Bpf]) {
         return;
-    };
+    }
+    let mut h = police_harness();
     let p = udp4_ecn(1000, 0);
     let way = way_of(&h, &p);
     let mut set = set0(&h);
@@ -277,16 +287,17 @@ fn a_clock_past_the_horizon_is_pulled_back_and_counted() {
 /// share stays whole (as on egress; see `prog_test_run_fair`).
 #[test]
 fn a_lone_flow_behind_its_clock_keeps_the_whole_rate() {
-    let Some(mut h) = police_harness() else {
+    if !require(&[Need::Bpf]) {
         return;
-    };
-    let now_epoch = h.set_fair_in_this_epoch(FairState::default());
-    let p = udp4_ecn(5200, 0);
-    h.run(&p.bytes, None); // new flow: its clock was idle
-    h.run(&p.bytes, None); // behind its clock: the first backlogged flow
-    let Some(after) = h.fair_in_epoch(now_epoch) else {
-        return;
-    };
+    }
+    let after = in_one_epoch(|| {
+        let mut h = police_harness();
+        let now_epoch = h.set_fair_in_this_epoch(FairState::default());
+        let p = udp4_ecn(5200, 0);
+        h.run(&p.bytes, None); // new flow: its clock was idle
+        h.run(&p.bytes, None); // behind its clock: the first backlogged flow
+        h.fair_in_epoch(now_epoch)
+    });
     assert_eq!(after.backlogged_now, 1);
     assert_eq!(
         after.mult_q16, MULT_ONE,

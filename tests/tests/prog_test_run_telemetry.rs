@@ -16,6 +16,7 @@ use shaper_common::{
 use shaper_tests::{
     bpf_harness::*,
     packets::{Frame, Ipv4, Ipv6, Packet, Transport},
+    skip::{Need, require},
 };
 
 const UNSPEC: i32 = -1;
@@ -55,7 +56,10 @@ fn udp6(sport: u16) -> Packet {
 
 #[test]
 fn every_packet_sampled_carries_its_flow_and_verdict() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let mut ring = h.events();
     // 1 Gbit/s: nothing waits, every packet passes.
     h.set_config(telemetry(125_000_000, 1));
@@ -109,7 +113,10 @@ fn every_packet_sampled_carries_its_flow_and_verdict() {
 
 #[test]
 fn paced_packets_report_their_scheduled_delay_and_fin_ends_the_flow() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let mut ring = h.events();
     // 100 kB/s: a 86-byte frame takes 0.86 ms, so a burst is paced with
     // growing delays.
@@ -137,7 +144,10 @@ fn paced_packets_report_their_scheduled_delay_and_fin_ends_the_flow() {
 
 #[test]
 fn default_sampling_sends_about_one_in_64_but_every_drop() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let mut ring = h.events();
     h.set_config(telemetry(125_000_000, 64));
     let n = 12_800u32;
@@ -188,7 +198,10 @@ fn default_sampling_sends_about_one_in_64_but_every_drop() {
 
 #[test]
 fn a_full_ring_loses_records_not_packets() {
-    let Some(mut h) = Harness::load() else { return };
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
     let _ring = h.events(); // never drained
     h.set_config(telemetry(125_000_000, 1));
     let before = h.counts();

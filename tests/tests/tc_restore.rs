@@ -9,22 +9,27 @@
 //!
 //! Each test builds its own veth pair (or ifb device) in a fresh network
 //! namespace, with IPv6 off so that no stray packets pass the qdiscs.
-//! Needs root; otherwise each test prints `skipped: <reason>` and passes.
+//! Needs root and `tc`: see [`shaper_tests::skip`] for what a missing need
+//! means.
 //!
 //! Run: `cargo test -p shaper-tests --test tc_restore -- --test-threads=1`
 
 use shaper::tc::{self, Attr, TC_H_INGRESS, TCA_KIND, TcError};
 use shaper_tests::{
     netns::{sh, veth_pair},
+    skip::require,
     tc_util::{
-        assert_same_view, expect_refusal, ifindex, install_htb, kernel_config, round_trip, run,
-        setup, skip_reason, tc_view,
+        NEEDS, assert_same_view, expect_refusal, ifindex, install_htb, kernel_config, round_trip,
+        run, setup, tc_view,
     },
 };
 
 #[test]
 fn default_noqueue_root_comes_back_after_htb_install() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     let snap = round_trip("va", install_htb);
     assert_eq!(snap.describe(), "default root noqueue 0:");
@@ -36,7 +41,10 @@ fn default_noqueue_root_comes_back_after_htb_install() {
 
 #[test]
 fn a_device_that_was_never_up_gets_no_qdisc_back() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     // Never up: the device has only the built-in noop qdisc, which dumps
     // do not list, until dev_activate attaches the default on first up.
     sh("ip link add va type veth peer name vb");
@@ -77,7 +85,10 @@ fn install_mq_pfifo(dev: &str, queues: u32) -> impl FnOnce(u32) + '_ {
 
 #[test]
 fn default_mq_root_of_a_multiqueue_device_comes_back() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     // veth has IFF_NO_QUEUE (default root noqueue even with 4 queues); ifb
     // gets the kernel's default mq with a pfifo_fast per queue.
     sh("ip link add name ifb0 numtxqueues 4 numrxqueues 4 type ifb && ip link set ifb0 up");
@@ -92,7 +103,10 @@ fn default_mq_root_of_a_multiqueue_device_comes_back() {
 
 #[test]
 fn multiqueue_veth_gets_mq_with_children_and_noqueue_back() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     sh(
         "ip link add sa0 numtxqueues 4 numrxqueues 4 type veth peer name sb0 && ip link set sa0 up && ip link set sb0 up",
     );
@@ -101,7 +115,10 @@ fn multiqueue_veth_gets_mq_with_children_and_noqueue_back() {
 
 #[test]
 fn user_mq_root_with_replaced_children_comes_back() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     sh(
         "ip link add sa0 numtxqueues 4 numrxqueues 4 type veth peer name sb0 && ip link set sa0 up && ip link set sb0 up",
     );
@@ -143,7 +160,10 @@ fn build_htb_tree(dev: &str, peer: &str) {
 
 #[test]
 fn htb_tree_with_leaves_and_filters_comes_back() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     build_htb_tree("va", "vb");
     let filters = run("tc filter show dev va");
@@ -161,7 +181,10 @@ fn htb_tree_with_leaves_and_filters_comes_back() {
 
 #[test]
 fn many_classes_and_leaves_are_listed_in_the_recorded_order() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     sh("tc qdisc add dev va root handle 1: htb default 99");
     // Scrambled creation order: the class hash grows twice (4 → 8 → 16
@@ -203,7 +226,10 @@ fn many_classes_and_leaves_are_listed_in_the_recorded_order() {
 
 #[test]
 fn u32_hash_tables_and_links_come_back() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     for cmd in [
         "qdisc add dev va root handle 1: htb default 10",
@@ -222,7 +248,10 @@ fn u32_hash_tables_and_links_come_back() {
 
 #[test]
 fn filter_chains_and_empty_chains_come_back() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     for cmd in [
         "qdisc add dev va root handle 1: htb default 10",
@@ -251,7 +280,10 @@ fn filter_chains_and_empty_chains_come_back() {
 
 #[test]
 fn tbf_root_with_parameters_comes_back() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     sh(
         "tc qdisc add dev va root handle 7: tbf rate 10mbit burst 20kb limit 30000 peakrate 12mbit minburst 1600",
@@ -264,7 +296,10 @@ fn tbf_root_with_parameters_comes_back() {
 
 #[test]
 fn size_table_without_data_comes_back() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     // Overhead only (linklayer ethernet, no mpu): iproute2 sends no table.
     sh("tc qdisc add dev va root handle 1: stab overhead 24 htb default 1");
@@ -275,7 +310,10 @@ fn size_table_without_data_comes_back() {
 
 #[test]
 fn clsact_and_its_filters_are_never_touched() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     sh("tc qdisc add dev va clsact");
     sh("tc filter add dev va egress prio 1 bpf bytecode '1,6 0 0 0'");
@@ -315,7 +353,10 @@ fn clsact_and_its_filters_are_never_touched() {
 
 #[test]
 fn snapshot_refuses_a_size_table_with_data() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     sh("tc qdisc add dev va root handle 1: stab linklayer atm overhead 10 htb default 1");
     expect_refusal("va", "size table (stab) has");
@@ -323,7 +364,10 @@ fn snapshot_refuses_a_size_table_with_data() {
 
 #[test]
 fn snapshot_refuses_a_rate_estimator() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     sh("tc qdisc add dev va root handle 1: estimator 1s 8s htb default 1");
     expect_refusal("va", "rate estimator");
@@ -331,7 +375,10 @@ fn snapshot_refuses_a_rate_estimator() {
 
 #[test]
 fn snapshot_refuses_u32_numbering_it_cannot_reproduce() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     sh("tc qdisc add dev va root handle 1: htb default 1");
     for prio in 1..=3 {
@@ -345,7 +392,10 @@ fn snapshot_refuses_u32_numbering_it_cannot_reproduce() {
 
 #[test]
 fn snapshot_refuses_the_shaper_root_itself() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     install_htb(ifindex("va"));
     match tc::snapshot(ifindex("va")) {
@@ -358,7 +408,10 @@ fn snapshot_refuses_the_shaper_root_itself() {
 
 #[test]
 fn a_refused_request_carries_the_kernel_message() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     build_htb_tree("va", "vb");
     let before = tc_view("va");
@@ -389,7 +442,10 @@ fn a_refused_request_carries_the_kernel_message() {
 
 #[test]
 fn install_fq_root_matches_what_the_kernel_has() {
-    let Some(_ns) = setup() else { return };
+    if !require(NEEDS) {
+        return;
+    }
+    let _ns = setup();
     veth_pair("va", "vb");
     let index = ifindex("va");
     let before = tc_view("va");
@@ -425,8 +481,7 @@ fn install_fq_root_matches_what_the_kernel_has() {
 
 #[test]
 fn probes_answer_from_the_kernel_config_and_leave_no_trace() {
-    if let Some(reason) = skip_reason() {
-        println!("skipped: {reason}");
+    if !require(NEEDS) {
         return;
     }
     let traces = || {
