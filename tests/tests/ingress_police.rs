@@ -12,136 +12,65 @@
 //!
 //! Run: `cargo test -p shaper-tests --test ingress_police -- --test-threads=1`
 
-use std::{
-    process::{Child, Stdio},
-    thread::sleep,
-    time::{Duration, Instant},
+use shaper_tests::{
+    shaper_proc::{ShaperProc, status_all, status_json},
+    skip::{Need, require},
+    topo::{Pair, text},
+    traffic::{Iperf3Server, iperf3_report},
 };
 
-use shaper_tests::topo::{Pair, is_root, text};
-
-fn skip() -> bool {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return true;
-    }
-    false
+/// Starts `shaper run --iface right0 --ingress-rate RATE ARGS` on the
+/// receiving side; returns once its ingress hook is attached.
+fn start<'a>(pair: &'a Pair, rate: &str, args: &[&str]) -> ShaperProc<'a> {
+    let mut all = vec!["--ingress-rate", rate];
+    all.extend_from_slice(args);
+    ShaperProc::start(Some(&pair.right), "right0", &all)
 }
 
-/// Starts `shaper run --iface right0 --ingress-rate RATE` on the receiving
-/// side and waits until `shaper status` lists the ingress hook.
-#[allow(
-    clippy::zombie_processes,
-    reason = "the child is returned to the caller, which waits on it"
-)]
-fn start(pair: &Pair, rate: &str) -> Child {
-    let child = pair
-        .right
-        .shaper()
-        .args(["run", "--iface", "right0", "--ingress-rate", rate])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn shaper run");
-    let deadline = Instant::now() + Duration::from_secs(90);
-    loop {
-        let st = status(pair);
-        if st.contains("ingress:    police at") && !st.contains("not attached") {
-            return child;
-        }
-        if Instant::now() >= deadline {
-            let mut child = child;
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("wait shaper");
-            panic!("shaper did not attach in 90 s: {st}\n{}", text(&out));
-        }
-        sleep(Duration::from_millis(200));
-    }
-}
-
-fn status(pair: &Pair) -> String {
-    shaper_ok(pair, &["status", "--iface", "right0"])
-}
-
-/// `shaper ARGS` on the receiving side; its output, which must be a
-/// success.
-fn shaper_ok(pair: &Pair, args: &[&str]) -> String {
-    let out = pair
-        .right
-        .shaper()
-        .args(args)
-        .output()
-        .expect("shaper runs");
-    assert!(
-        out.status.success(),
-        "shaper {args:?} failed: {}",
-        text(&out)
-    );
-    text(&out)
-}
-
-fn stop(child: Child, sig: i32) -> (Option<i32>, String) {
-    let pid = i32::try_from(child.id()).expect("pid fits");
-    // SAFETY: kill has no memory-safety preconditions; the pid is our child.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
-    let out = child.wait_with_output().expect("wait shaper");
-    (out.status.code(), text(&out))
-}
-
-/// The ingress counter `name` from `shaper status --json`.
-fn ingress_counter(pair: &Pair, name: &str) -> u64 {
-    let out = shaper_ok(pair, &["status", "--iface", "right0", "--json"]);
-    let v: serde_json::Value = serde_json::from_str(out.trim())
-        .unwrap_or_else(|e| panic!("status --json is not JSON ({e}): {out}"));
-    v["ingress"]["counters"][name]
-        .as_u64()
-        .unwrap_or_else(|| panic!("no ingress counter {name} in {v}"))
+/// Asserts nothing is shaped in the receiving namespace any more.
+fn nothing_shaped(pair: &Pair) {
+    let left = status_all(Some(&pair.right), None);
+    assert!(left.is_empty(), "records left: {left:?}");
 }
 
 #[test]
 fn sigterm_restores_and_status_shows_the_ingress_hook() {
-    if skip() {
+    if !require(&[Need::Root]) {
         return;
     }
     let pair = Pair::new("ipt", 1);
     let before = pair.right.tc_state("right0");
-    let child = start(&pair, "20mbit");
-    let st = status(&pair);
-    assert!(st.contains("egress not shaped"), "{st}");
-    assert!(st.contains("ingress:    police at 20Mbit"), "{st}");
-    let (code, out) = stop(child, libc::SIGTERM);
-    assert_eq!(code, Some(0), "{out}");
+    let mut run = start(&pair, "20mbit", &[]);
+    let st = run.status();
+    assert!(!st.egress_shaped(), "{st}");
+    let ingress = st.ingress();
+    assert_eq!(
+        (ingress.mode.as_str(), ingress.rate_bits_per_s),
+        ("police", 20_000_000),
+        "{st}"
+    );
+    assert_ne!(ingress.classifier, "none", "{st}");
+    // The report a person reads says the same.
+    let report = run.status_text();
+    assert!(report.contains("egress not shaped"), "{report}");
+    assert!(report.contains("ingress:    police at 20Mbit"), "{report}");
+    let exit = run.sigterm();
+    let out = exit.text();
+    assert_eq!(exit.code(), Some(0), "{out}");
     assert!(out.contains("right0 restored"), "{out}");
     assert!(out.contains("shaper: ingress police:"), "{out}");
     assert_eq!(pair.right.tc_state("right0"), before);
-    assert!(status(&pair).contains("not shaped by shaper"));
+    assert!(run.status_json().is_none(), "a record was left");
 }
 
 #[test]
 fn a_flood_is_policed_while_a_ping_beside_it_is_untouched() {
-    if skip() {
-        return;
-    }
-    if std::process::Command::new("iperf3")
-        .arg("--version")
-        .output()
-        .is_err()
-    {
-        eprintln!("skipped: iperf3 (a tool, not a kernel feature) is not installed");
+    if !require(&[Need::Root, Need::Tool("iperf3", "--version")]) {
         return;
     }
     let pair = Pair::new("ipf", 1);
-    let child = start(&pair, "10mbit");
-    let mut server = pair
-        .right
-        .command("iperf3")
-        .args(["-s", "-1", "-p", "5299"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("iperf3 server");
-    sleep(Duration::from_millis(500));
+    let mut run = start(&pair, "10mbit", &[]);
+    let server = Iperf3Server::start(&pair.right, 5299, &[]);
     // Unresponsive and not ECN-capable: 40 Mbit/s of UDP for 6 s.
     let flood = pair
         .left
@@ -158,12 +87,13 @@ fn a_flood_is_policed_while_a_ping_beside_it_is_untouched() {
             "6",
             "-l",
             "1200",
+            "-J",
         ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("iperf3 client");
-    sleep(Duration::from_secs(1));
+    std::thread::sleep(std::time::Duration::from_secs(1));
     let ping = pair
         .left
         .command("ping")
@@ -171,22 +101,14 @@ fn a_flood_is_policed_while_a_ping_beside_it_is_untouched() {
         .output()
         .expect("ping");
     let flood = flood.wait_with_output().expect("iperf3 client ends");
-    let _ = server.kill();
-    let _ = server.wait();
-    let drops = ingress_counter(&pair, "police_drop");
-    let marks = ingress_counter(&pair, "ce_marked");
-    let packets = ingress_counter(&pair, "packets");
-    let (code, out) = stop(child, libc::SIGTERM);
-    assert_eq!(code, Some(0), "{out}");
-    eprintln!(
-        "flood: {}",
-        text(&flood)
-            .lines()
-            .rev()
-            .take(4)
-            .collect::<Vec<_>>()
-            .join(" | ")
-    );
+    drop(server);
+    let st = run.status();
+    let drops = st.ingress_counter("police_drop");
+    let marks = st.ingress_counter("ce_marked");
+    let packets = st.ingress_counter("packets");
+    let exit = run.sigterm();
+    assert_eq!(exit.code(), Some(0), "{}", exit.text());
+    eprintln!("flood: {}", iperf3_report(&flood)["end"]["sum"]);
     eprintln!("policer: {packets} packets, {drops} dropped, {marks} marked");
     let ping_text = text(&ping);
     assert!(
@@ -206,21 +128,28 @@ fn a_flood_is_policed_while_a_ping_beside_it_is_untouched() {
 
 #[test]
 fn sigkill_then_cleanup_removes_the_ingress_hook() {
-    if skip() {
+    if !require(&[Need::Root]) {
         return;
     }
     let pair = Pair::new("ipk", 1);
     let before = pair.right.tc_state("right0");
-    let child = start(&pair, "20mbit");
-    let (code, _) = stop(child, libc::SIGKILL);
-    assert_eq!(code, None, "killed by a signal");
-    let st = status(&pair);
-    assert!(st.contains("gone: run `shaper cleanup`"), "{st}");
-    assert!(st.contains("ingress:    police at 20Mbit"), "{st}");
-    let out = shaper_ok(&pair, &["cleanup", "--iface", "right0"]);
+    let mut run = start(&pair, "20mbit", &[]);
+    let exit = run.sigkill();
+    assert_eq!(exit.code(), None, "killed by a signal");
+    let st = run.status();
+    assert!(!st.running, "{st}");
+    assert_eq!(
+        (st.ingress().mode.as_str(), st.ingress().rate_bits_per_s),
+        ("police", 20_000_000),
+        "{st}"
+    );
+    // The report tells the user what to do.
+    let report = run.status_text();
+    assert!(report.contains("gone: run `shaper cleanup`"), "{report}");
+    let out = run.cleanup();
     assert!(out.contains("right0: restored"), "{out}");
     assert_eq!(pair.right.tc_state("right0"), before);
-    assert!(status(&pair).contains("not shaped by shaper"));
+    assert!(run.status_json().is_none(), "a record was left");
 }
 
 /// `ifb` mode needs sch_fq: without it (this machine's kernel) it exits 2
@@ -230,46 +159,47 @@ fn sigkill_then_cleanup_removes_the_ingress_hook() {
 /// filter too, after SIGTERM, and after SIGKILL + `shaper cleanup`.
 #[test]
 fn ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq() {
-    if skip() {
+    if !require(&[Need::Root]) {
         return;
     }
     let pair = Pair::new("ipi", 1);
     let before = pair.right.tc_state("right0");
-    let args = [
-        "run",
-        "--iface",
-        "right0",
-        "--ingress-rate",
-        "20mbit",
-        "--ingress-mode",
-        "ifb",
-    ];
-    if !shaper_tests::topo::kernel_has_fq() {
-        let out = pair.right.shaper().args(args).output().expect("shaper run");
+    let args = ["--ingress-rate", "20mbit", "--ingress-mode", "ifb"];
+    if shaper_tests::topo::kernel_has_fq() {
+        ifb_mode_round_trips(&pair, &before, &args);
+    } else {
+        let out = pair
+            .right
+            .shaper()
+            .args(["run", "--iface", "right0"])
+            .args(args)
+            .output()
+            .expect("shaper run");
         assert_eq!(out.status.code(), Some(2), "{}", text(&out));
         assert!(text(&out).contains("sch_fq"), "{}", text(&out));
         assert_eq!(pair.right.tc_state("right0"), before);
-        assert!(status(&pair).contains("not shaped by shaper"));
+        nothing_shaped(&pair);
         assert!(!pair.right.sh("ip -o link show").contains("ifb4right0"));
         eprintln!("(no sch_fq: checked the refusal only)");
-        return;
     }
+}
+
+/// The sch_fq half of the test above: run `ifb` mode, check it, stop it
+/// with SIGTERM, then again with SIGKILL + `shaper cleanup`.
+fn ifb_mode_round_trips(pair: &Pair, before: &str, args: &[&str]) {
     for sig in [libc::SIGTERM, libc::SIGKILL] {
-        let child = pair
-            .right
-            .shaper()
-            .args(args)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawn shaper run");
-        let deadline = Instant::now() + Duration::from_secs(150);
-        let attached =
-            |st: String| st.contains("ingress:    ifb at 20Mbit") && !st.contains("not attached");
-        while !attached(status(&pair)) {
-            assert!(Instant::now() < deadline, "not attached: {}", status(&pair));
-            sleep(Duration::from_millis(300));
-        }
+        let mut run = ShaperProc::start(Some(&pair.right), "right0", args);
+        let st = run.status();
+        let ingress = st.ingress();
+        assert_eq!(
+            (
+                ingress.mode.as_str(),
+                ingress.rate_bits_per_s,
+                ingress.ifb.as_deref()
+            ),
+            ("ifb", 20_000_000, Some("ifb4right0")),
+            "{st}"
+        );
         let ifb = pair.right.sh("tc qdisc show dev ifb4right0");
         assert!(ifb.contains("qdisc fq 5348:"), "the IFB's root: {ifb}");
         if !shaper::attach::kernel_has_tcx() {
@@ -279,11 +209,7 @@ fn ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq() {
                 filters.contains("matchall") && filters.contains("Redirect to device ifb4right0"),
                 "the ingress redirect: {filters}"
             );
-            assert!(
-                status(&pair).contains("matchall+mirred"),
-                "{}",
-                status(&pair)
-            );
+            assert_eq!(ingress.classifier, "tc clsact mirred", "{st}");
         }
         let ping = pair
             .left
@@ -292,18 +218,17 @@ fn ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq() {
             .output()
             .expect("ping");
         assert!(text(&ping).contains(" 0% packet loss"), "{}", text(&ping));
-        let ifb_status = shaper_ok(&pair, &["status", "--iface", "ifb4right0", "--json"]);
-        let v: serde_json::Value = serde_json::from_str(ifb_status.trim()).expect("status JSON");
+        let ifb_status = status_json(Some(&pair.right), "ifb4right0").expect("the IFB is shaped");
         assert!(
-            v["counters"]["packets"].as_u64().unwrap_or(0) >= 5,
-            "the IFB's pacer saw the pings: {v}"
+            ifb_status.counter("packets") >= 5,
+            "the IFB's pacer saw the pings: {ifb_status}"
         );
-        let (code, out) = stop(child, sig);
+        let exit = run.stop(sig);
         if sig == libc::SIGKILL {
-            assert_eq!(code, None);
-            shaper_ok(&pair, &["cleanup", "--iface", "right0"]);
+            assert_eq!(exit.code(), None);
+            run.cleanup();
         } else {
-            assert_eq!(code, Some(0), "{out}");
+            assert_eq!(exit.code(), Some(0), "{}", exit.text());
         }
         assert!(
             !pair.right.sh("ip -o link show").contains("ifb4right0"),
@@ -315,7 +240,6 @@ fn ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq() {
             !filters.contains("matchall"),
             "left behind after {sig}: {filters}"
         );
-        let st = shaper_ok(&pair, &["status"]);
-        assert!(st.contains("no interface is shaped"), "{st}");
+        nothing_shaped(pair);
     }
 }

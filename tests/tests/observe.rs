@@ -25,7 +25,12 @@ use std::{
 };
 
 use serde_json::Value;
-use shaper_tests::topo::{NamedNs, Pair, is_root, kernel_has_fq, skip_unless, text};
+use shaper_tests::{
+    shaper_proc::ShaperProc,
+    skip::{Need, require},
+    topo::{NamedNs, Pair, text},
+    traffic::{IPERF3_PORT, Iperf3Server, static_neighbours},
+};
 
 const FRAMES: usize = 2000;
 const FRAME_LEN: usize = 100;
@@ -33,14 +38,6 @@ const FRAME_LEN: usize = 100;
 const ETH_P_EXPERIMENTAL: u16 = 0x88b5;
 const SOL_PACKET: libc::c_int = 263;
 const PACKET_QDISC_BYPASS: libc::c_int = 20;
-
-fn skip_unless_root() -> bool {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return true;
-    }
-    false
-}
 
 /// Runs `f` with the calling thread in the named namespace, then returns.
 fn in_netns<T>(ns: &NamedNs, f: impl FnOnce() -> T) -> T {
@@ -65,20 +62,6 @@ fn mac(ns: &NamedNs, dev: &str) -> [u8; 6] {
         .map(|h| u8::from_str_radix(h, 16).expect("hex"))
         .collect();
     v.try_into().expect("6 bytes")
-}
-
-/// Static neighbours both ways, so no ARP runs during a measurement.
-fn static_neighbours(pair: &Pair) {
-    let lm = pair.left.sh("cat /sys/class/net/left0/address");
-    let rm = pair.right.sh("cat /sys/class/net/right0/address");
-    pair.left.sh(&format!(
-        "ip neigh replace 10.77.0.2 lladdr {} dev left0 nud permanent",
-        rm.trim()
-    ));
-    pair.right.sh(&format!(
-        "ip neigh replace 10.77.0.1 lladdr {} dev right0 nud permanent",
-        lm.trim()
-    ));
 }
 
 /// A running `shaper observe --json`, its lines arriving on a channel.
@@ -263,7 +246,7 @@ fn send_udp(pair: &Pair) -> usize {
 
 #[test]
 fn qdisc_bypass_frames_are_egress_bypass() {
-    if skip_unless_root() {
+    if !require(&[Need::Root]) {
         return;
     }
     let pair = Pair::new("obyp", 1);
@@ -295,7 +278,7 @@ fn qdisc_bypass_frames_are_egress_bypass() {
 
 #[test]
 fn ordinary_traffic_has_no_bypass() {
-    if skip_unless_root() {
+    if !require(&[Need::Root]) {
         return;
     }
     let pair = Pair::new("oudp", 1);
@@ -328,7 +311,7 @@ fn ordinary_traffic_has_no_bypass() {
 
 #[test]
 fn bad_input_exits_2_and_attaches_nothing() {
-    if skip_unless_root() {
+    if !require(&[Need::Root, Need::Tool("setpriv", "--version")]) {
         return;
     }
     let pair = Pair::new("obad", 1);
@@ -350,71 +333,39 @@ fn bad_input_exits_2_and_attaches_nothing() {
         assert!(text(&out).contains(needle), "{args:?}: {}", text(&out));
     }
     // Without privileges: setpriv drops to nobody with no capabilities.
-    if Command::new("setpriv").arg("--version").output().is_ok() {
-        let out = pair
-            .left
-            .command("setpriv")
-            .args([
-                "--reuid=65534",
-                "--regid=65534",
-                "--clear-groups",
-                "--inh-caps=-all",
-            ])
-            .arg(shaper_tests::topo::shaper_bin())
-            .args(["observe", "--iface", "left0", "--duration", "1s"])
-            .output()
-            .expect("setpriv");
-        assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-        assert!(text(&out).contains("CAP_"), "{}", text(&out));
-    }
+    let out = pair
+        .left
+        .command("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(shaper_tests::topo::shaper_bin())
+        .args(["observe", "--iface", "left0", "--duration", "1s"])
+        .output()
+        .expect("setpriv");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(text(&out).contains("CAP_"), "{}", text(&out));
     assert_eq!(pair.left.tc_state("left0"), before, "tc state changed");
 }
 
-/// Starts `shaper run --iface IFACE --rate 200mbit` in `ns` and waits until
-/// `shaper status` shows its classifier attached.
-#[allow(
-    clippy::zombie_processes,
-    reason = "the child is returned to the caller, which waits on it"
-)]
-fn start_pacer(ns: &NamedNs, iface: &str) -> Child {
-    let child = ns
-        .shaper()
-        .args(["run", "--iface", iface, "--rate", "200mbit"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn shaper run");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let st = ns
-            .shaper()
-            .args(["status", "--iface", iface])
-            .output()
-            .expect("status");
-        if text(&st).contains("classifier: ") {
-            return child;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "pacer did not attach: {}",
-            text(&st)
-        );
-        sleep(Duration::from_millis(200));
-    }
+/// Starts `shaper run --iface IFACE --rate 200mbit` in `ns`; returns once
+/// it shapes.
+fn start_pacer<'a>(ns: &'a NamedNs, iface: &str) -> ShaperProc<'a> {
+    ShaperProc::start(Some(ns), iface, &["--rate", "200mbit"])
 }
 
 /// Stops a pacer with SIGTERM; it must exit 0 (restored).
-fn stop_pacer(mut pacer: Child) {
-    let pid = i32::try_from(pacer.id()).expect("pid");
-    // SAFETY: kill has no memory-safety preconditions; the pid is our child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let st = pacer.wait().expect("wait pacer");
-    assert!(st.success(), "pacer exit {st}");
+fn stop_pacer(mut pacer: ShaperProc<'_>) {
+    let exit = pacer.sigterm();
+    assert_eq!(exit.code(), Some(0), "pacer exit: {}", exit.text());
 }
 
 #[test]
 fn observe_beside_a_running_pacer() {
-    if skip_unless_root() || skip_unless(kernel_has_fq(), "sch_fq") {
+    if !require(&[Need::Root, Need::Sch("fq")]) {
         return;
     }
     let pair = Pair::new("opac", 1);
@@ -435,22 +386,15 @@ fn observe_beside_a_running_pacer() {
         "observe changed the tc state beside the pacer"
     );
     // The pacer still runs and still counts.
-    let st = pair
-        .left
-        .shaper()
-        .args(["status", "--iface", "left0"])
-        .output()
-        .expect("status");
-    assert!(st.status.success(), "{}", text(&st));
+    let st = pacer.status();
+    assert!(st.running, "{st}");
+    assert!(st.counter("packets") >= n as u64, "{st}");
     stop_pacer(pacer);
 }
 
-/// True when this kernel can run an nftables flowtable (probed in a
-/// throwaway namespace with a dummy veth pair).
+/// True when this kernel can run an nftables flowtable (probed with `nft`
+/// in a throwaway namespace with a dummy veth pair; needs root).
 fn kernel_has_flowtable() -> bool {
-    if Command::new("nft").arg("--version").output().is_err() {
-        return false;
-    }
     let ns = NamedNs::new("oprb");
     let ok = Command::new("ip")
         .args(["netns", "exec", &ns.name, "sh", "-c"])
@@ -467,13 +411,15 @@ fn kernel_has_flowtable() -> bool {
 
 #[test]
 fn flowtable_offload_is_listed() {
-    if skip_unless_root()
-        || skip_unless(kernel_has_flowtable(), "nf_flow_table (nftables flowtable)")
-    {
-        return;
-    }
-    if Command::new("iperf3").arg("--version").output().is_err() {
-        skip_unless(false, "iperf3");
+    // The probe needs root and nft, so it runs only once they are there.
+    if !require(&[
+        Need::Root,
+        Need::Tool("nft", "--version"),
+        Need::Tool("iperf3", "--version"),
+    ]) || !require(&[Need::Probed(
+        kernel_has_flowtable(),
+        "nf_flow_table (nftables flowtable)",
+    )]) {
         return;
     }
     // client c0 10.0.1.2 -- r0 10.0.1.1 [router] r1 10.0.2.1 -- s0 10.0.2.2
@@ -510,22 +456,7 @@ fn flowtable_offload_is_listed() {
     // Per-entry counters for the listing (conntrack is loaded by now).
     router.sh("sysctl -qw net.netfilter.nf_conntrack_acct=1");
 
-    let mut server_proc = server
-        .command("iperf3")
-        .args(["-s", "-1"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("iperf3 -s");
-    // Under emulation iperf3 takes a while to listen.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !server.sh("ss -Hltn 'sport = :5201'").contains("5201") {
-        assert!(
-            Instant::now() < deadline,
-            "iperf3 -s did not listen in 30 s"
-        );
-        sleep(Duration::from_millis(200));
-    }
+    let server_proc = Iperf3Server::start(&server, IPERF3_PORT, &[]);
     // The pacer on the WAN side too, to match the flow in its table.
     let pacer = start_pacer(&router, "r1");
     let before = router.tc_state("r1");
@@ -545,8 +476,7 @@ fn flowtable_offload_is_listed() {
     obs.interrupt();
     let (lines, _) = obs.finish(lines);
     let iperf = client_proc.wait_with_output().expect("iperf3 client");
-    let _ = server_proc.kill();
-    let _ = server_proc.wait();
+    drop(server_proc);
     assert!(iperf.status.success(), "iperf3: {}", text(&iperf));
     for l in &lines {
         eprintln!("{l}");
@@ -603,7 +533,7 @@ fn flowtable_offload_is_listed() {
 
 #[test]
 fn sigterm_ends_an_open_ended_run_cleanly() {
-    if skip_unless_root() {
+    if !require(&[Need::Root]) {
         return;
     }
     let pair = Pair::new("oterm", 1);
@@ -638,8 +568,7 @@ fn prog_test_run_counts_skbs_and_wire_segments_and_passes() {
     };
     use std::os::fd::AsFd;
 
-    if let Some(reason) = shaper_tests::bpf_harness::skip_reason() {
-        eprintln!("skipped: {reason}");
+    if !require(&[Need::Bpf]) {
         return;
     }
     let mut ebpf = shaper::observe::hooks::load(true).expect("load the observer programs");

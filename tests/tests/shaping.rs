@@ -7,76 +7,19 @@
 //! device, the device's gso_max_size), refusal of a second run, and
 //! `shaper status`.
 
-use std::{
-    process::{Child, Stdio},
-    thread::sleep,
-    time::{Duration, Instant},
+use shaper_tests::{
+    shaper_proc::{ShaperProc, cleanup},
+    skip::{Need, require},
+    topo::{Pair, text},
+    traffic::{IPERF3_PORT, Iperf3Server, iperf3_report, received_bits_per_s},
 };
 
-use shaper_tests::topo::{Pair, is_root, kernel_has_fq, skip_unless, text};
+/// What every test here needs: root and sch_fq.
+const NEEDS: &[Need<'static>] = &[Need::Root, Need::Sch("fq")];
 
-fn skip() -> bool {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return true;
-    }
-    skip_unless(kernel_has_fq(), "sch_fq")
-}
-
-/// Starts `shaper run --iface left0 ARGS` in the left namespace and waits until
-/// `shaper status` reports it attached.
-#[allow(
-    clippy::zombie_processes,
-    reason = "the child is returned to the caller, which waits on it"
-)]
-fn start(pair: &Pair, rate: &str) -> Child {
-    let child = pair
-        .left
-        .shaper()
-        .args(["run", "--iface", "left0", "--rate", rate])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn shaper run");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let st = status(pair);
-        if st.contains("classifier: tcx") || st.contains("classifier: tc clsact") {
-            return child;
-        }
-        if Instant::now() >= deadline {
-            let mut child = child;
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("wait shaper");
-            panic!("shaper did not attach in 60 s: {st}\n{}", text(&out));
-        }
-        sleep(Duration::from_millis(200));
-    }
-}
-
-fn status(pair: &Pair) -> String {
-    let out = pair
-        .left
-        .shaper()
-        .args(["status", "--iface", "left0"])
-        .output()
-        .expect("status");
-    assert!(out.status.success(), "status failed: {}", text(&out));
-    text(&out)
-}
-
-fn signal(child: &Child, sig: i32) {
-    let pid = i32::try_from(child.id()).expect("pid fits");
-    // SAFETY: kill has no memory-safety preconditions; the pid is our child.
-    let rc = unsafe { libc::kill(pid, sig) };
-    assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
-}
-
-/// Stops with `sig` and returns the exit status and output.
-fn stop(child: Child, sig: i32) -> (Option<i32>, String) {
-    signal(&child, sig);
-    let out = child.wait_with_output().expect("wait shaper");
-    (out.status.code(), text(&out))
+/// Starts `shaper run --iface left0 --rate RATE` in the left namespace.
+fn start<'a>(pair: &'a Pair, rate: &str) -> ShaperProc<'a> {
+    ShaperProc::start(Some(&pair.left), "left0", &["--rate", rate])
 }
 
 /// `gso_max_size` of left0, from `ip -d link show`.
@@ -100,14 +43,14 @@ fn root_qdisc(pair: &Pair) -> String {
 
 #[test]
 fn sigterm_restores_the_default_root() {
-    if skip() {
+    if !require(NEEDS) {
         return;
     }
     let pair = Pair::new("term", 1);
     let before = pair.left.tc_state("left0");
     let gso_before = gso_max_size(&pair);
     assert!(gso_before > 6056, "veth's default: {gso_before}");
-    let child = start(&pair, "20mbit");
+    let mut run = start(&pair, "20mbit");
     assert!(
         root_qdisc(&pair).contains("qdisc fq 5348:"),
         "{}",
@@ -116,72 +59,56 @@ fn sigterm_restores_the_default_root() {
     assert_ne!(pair.left.tc_state("left0"), before);
     // 1 ms at 20 Mbit/s is 2500 B, below four 1514-byte frames: 6056.
     assert_eq!(gso_max_size(&pair), 6056);
-    let (code, out) = stop(child, libc::SIGTERM);
-    assert_eq!(code, Some(0), "{out}");
+    let exit = run.sigterm();
+    assert_eq!(exit.code(), Some(0), "{}", exit.text());
     assert_eq!(pair.left.tc_state("left0"), before);
     assert_eq!(gso_max_size(&pair), gso_before);
-    assert!(status(&pair).contains("not shaped"));
+    assert!(run.status_json().is_none(), "a record was left");
 }
 
 #[test]
 fn sigint_restores_too() {
-    if skip() {
+    if !require(NEEDS) {
         return;
     }
     let pair = Pair::new("int", 1);
     let before = pair.left.tc_state("left0");
-    let child = start(&pair, "5mbit");
-    let (code, out) = stop(child, libc::SIGINT);
-    assert_eq!(code, Some(0), "{out}");
+    let exit = start(&pair, "5mbit").sigint();
+    assert_eq!(exit.code(), Some(0), "{}", exit.text());
     assert_eq!(pair.left.tc_state("left0"), before);
 }
 
 #[test]
 fn sigkill_then_cleanup_restores() {
-    if skip() {
+    if !require(NEEDS) {
         return;
     }
     let pair = Pair::new("kill", 1);
     let before = pair.left.tc_state("left0");
     let gso_before = gso_max_size(&pair);
-    let child = start(&pair, "20mbit");
-    let (code, _) = stop(child, libc::SIGKILL);
-    assert_eq!(code, None, "killed by a signal");
+    let mut run = start(&pair, "20mbit");
+    let exit = run.sigkill();
+    assert_eq!(exit.code(), None, "killed by a signal");
     // Left shaped, and status says the process is gone.
     assert!(root_qdisc(&pair).contains("fq 5348:"));
     assert_eq!(gso_max_size(&pair), 6056);
-    assert!(
-        status(&pair).contains("gone: run `shaper cleanup`"),
-        "{}",
-        status(&pair)
-    );
-    let out = pair
-        .left
-        .shaper()
-        .args(["cleanup", "--iface", "left0"])
-        .output()
-        .expect("cleanup");
-    assert!(out.status.success(), "{}", text(&out));
-    assert!(text(&out).contains("left0: restored"), "{}", text(&out));
+    let st = run.status();
+    assert!(!st.running && st.egress_shaped(), "{st}");
+    // The report tells the user what to do.
+    let report = run.status_text();
+    assert!(report.contains("gone: run `shaper cleanup`"), "{report}");
+    let out = run.cleanup();
+    assert!(out.contains("left0: restored"), "{out}");
     assert_eq!(pair.left.tc_state("left0"), before);
     assert_eq!(gso_max_size(&pair), gso_before);
     // A second cleanup has nothing to do and says so.
-    let out = pair
-        .left
-        .shaper()
-        .args(["cleanup", "--iface", "left0"])
-        .output()
-        .expect("cleanup");
-    assert!(
-        out.status.success() && text(&out).contains("nothing to clean up"),
-        "{}",
-        text(&out)
-    );
+    let out = run.cleanup();
+    assert!(out.contains("nothing to clean up"), "{out}");
 }
 
 #[test]
 fn htb_tree_comes_back_exactly() {
-    if skip() {
+    if !require(NEEDS) {
         return;
     }
     let pair = Pair::new("htb", 1);
@@ -199,48 +126,41 @@ fn htb_tree_comes_back_exactly() {
     ));
     let before = pair.left.tc_state("left0");
     assert!(before.contains("htb") && before.contains("u32"), "{before}");
-    let child = start(&pair, "20mbit");
+    let mut run = start(&pair, "20mbit");
     assert!(root_qdisc(&pair).contains("fq 5348:"));
-    let (code, out) = stop(child, libc::SIGTERM);
-    assert_eq!(code, Some(0), "{out}");
+    let exit = run.sigterm();
+    assert_eq!(exit.code(), Some(0), "{}", exit.text());
     assert_eq!(pair.left.tc_state("left0"), before);
 
-    // And after SIGKILL + cleanup.
-    let child = start(&pair, "20mbit");
-    let _ = stop(child, libc::SIGKILL);
-    let out = pair
-        .left
-        .shaper()
-        .args(["cleanup"])
-        .output()
-        .expect("cleanup");
-    assert!(out.status.success(), "{}", text(&out));
+    // And after SIGKILL + a cleanup of every interface (no --iface).
+    let _ = start(&pair, "20mbit").sigkill();
+    cleanup(Some(&pair.left), None);
     assert_eq!(pair.left.tc_state("left0"), before);
 }
 
 #[test]
 fn multiqueue_device_gets_mq_with_fq_leaves_and_comes_back() {
-    if skip() {
+    if !require(NEEDS) {
         return;
     }
     let pair = Pair::new("mq", 4);
     let before = pair.left.tc_state("left0");
-    let child = start(&pair, "20mbit");
+    let mut run = start(&pair, "20mbit");
     let q = root_qdisc(&pair);
     assert!(q.contains("qdisc mq 5348: root"), "{q}");
     assert_eq!(q.matches("qdisc fq ").count(), 4, "{q}");
-    let (code, out) = stop(child, libc::SIGTERM);
-    assert_eq!(code, Some(0), "{out}");
+    let exit = run.sigterm();
+    assert_eq!(exit.code(), Some(0), "{}", exit.text());
     assert_eq!(pair.left.tc_state("left0"), before);
 }
 
 #[test]
 fn second_run_on_a_shaped_interface_exits_2() {
-    if skip() {
+    if !require(NEEDS) {
         return;
     }
     let pair = Pair::new("twice", 1);
-    let child = start(&pair, "20mbit");
+    let mut run = start(&pair, "20mbit");
     let during = pair.left.tc_state("left0");
     let out = pair
         .left
@@ -260,24 +180,8 @@ fn second_run_on_a_shaped_interface_exits_2() {
         during,
         "the refused run changed something"
     );
-    let (code, out) = stop(child, libc::SIGTERM);
-    assert_eq!(code, Some(0), "{out}");
-}
-
-/// Parses `end.sum_received.bits_per_second` from `iperf3 -J` output.
-fn received_bits_per_s(json: &str) -> f64 {
-    let at = json
-        .find("\"sum_received\"")
-        .expect("sum_received in iperf3 output");
-    let rest = &json[at..];
-    let key = "\"bits_per_second\":";
-    let start = rest.find(key).expect("bits_per_second") + key.len();
-    let num: String = rest[start..]
-        .trim_start()
-        .chars()
-        .take_while(|c| c.is_ascii_digit() || *c == '.' || *c == 'e' || *c == '+' || *c == '-')
-        .collect();
-    num.parse().expect("a number")
+    let exit = run.sigterm();
+    assert_eq!(exit.code(), Some(0), "{}", exit.text());
 }
 
 /// Runs 4 TCP streams for 10 s (2 s omitted) through the shaper at 20 mbit
@@ -289,32 +193,20 @@ fn goodput_at_20mbit(gso: bool) {
     if !gso {
         pair.left.sh("ip link set dev left0 gso_max_segs 1");
     }
-    let mut server = pair
-        .right
-        .command("iperf3")
-        .args(["-s", "-1", "-B", "10.77.0.2"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("iperf3 server");
-    sleep(Duration::from_millis(500));
-    let child = start(&pair, "20mbit");
+    let server = Iperf3Server::start(&pair.right, IPERF3_PORT, &["-B", "10.77.0.2"]);
+    let mut run = start(&pair, "20mbit");
     let out = pair
         .left
         .command("iperf3")
         .args(["-c", "10.77.0.2", "-P", "4", "-t", "10", "-O", "2", "-J"])
         .output()
         .expect("iperf3 client");
-    let json = String::from_utf8_lossy(&out.stdout).into_owned();
-    let st = status(&pair);
-    let (code, log) = stop(child, libc::SIGTERM);
-    let _ = server.wait();
-    assert!(
-        out.status.success(),
-        "iperf3 failed: {json}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(code, Some(0), "{log}");
-    let goodput = received_bits_per_s(&json);
+    let st = run.status();
+    let exit = run.sigterm();
+    server.wait();
+    let report = iperf3_report(&out);
+    assert_eq!(exit.code(), Some(0), "{}", exit.text());
+    let goodput = received_bits_per_s(&report);
     let ratio = goodput / 20e6;
     eprintln!(
         "goodput at 20mbit, gso {}: {:.2} Mbit/s (ratio {ratio:.3})\n{st}",
@@ -332,15 +224,15 @@ fn goodput_at_20mbit(gso: bool) {
     // fair pacer passes a flow's packets unstamped while it is below its
     // share), none hit the horizon, and with GSO off the packets really
     // were MTU-sized.
-    let packets = counter(&st, "packets");
-    let paced = counter(&st, "paced");
+    let packets = st.counter("packets");
+    let paced = st.counter("paced");
     assert!(
         paced * 10 >= packets * 5,
         "paced {paced} of {packets}: {st}"
     );
-    assert_eq!(counter(&st, "horizon_drop"), 0, "{st}");
-    let bytes = counter(&st, "bytes");
-    let wire = counter(&st, "wire_bytes");
+    assert_eq!(st.counter("horizon_drop"), 0, "{st}");
+    let bytes = st.counter("bytes");
+    let wire = st.counter("wire_bytes");
     if gso {
         assert!(
             wire > bytes,
@@ -359,7 +251,7 @@ fn goodput_at_20mbit(gso: bool) {
 /// (`shaper::gso`), as TCP's own TSO autosizing does at its pacing rate.
 #[test]
 fn goodput_at_20mbit_with_4_streams_and_gso_is_85_to_100_percent() {
-    if skip() {
+    if !require(NEEDS) {
         return;
     }
     goodput_at_20mbit(true);
@@ -367,18 +259,8 @@ fn goodput_at_20mbit_with_4_streams_and_gso_is_85_to_100_percent() {
 
 #[test]
 fn goodput_at_20mbit_with_4_streams_without_gso_is_85_to_100_percent() {
-    if skip() {
+    if !require(NEEDS) {
         return;
     }
     goodput_at_20mbit(false);
-}
-
-fn counter(status: &str, name: &str) -> u64 {
-    status
-        .lines()
-        .find_map(|l| {
-            let mut it = l.split_whitespace();
-            (it.next() == Some(name)).then(|| it.next().and_then(|v| v.parse().ok()))?
-        })
-        .unwrap_or_else(|| panic!("no counter {name} in {status}"))
 }

@@ -6,81 +6,45 @@
 //! and the ping none, add up to about the rate, and lose nothing.
 
 use std::{
-    io::{BufRead, BufReader},
     process::{Child, Stdio},
     thread::sleep,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde_json::Value;
-use shaper_tests::topo::{Pair, is_root, kernel_has_fq, skip_unless, text};
+use shaper_tests::{
+    shaper_proc::ShaperProc,
+    skip::{Need, require},
+    topo::{Pair, text},
+    traffic::{IPERF3_PORT, Iperf3Server},
+};
 
-fn skip() -> bool {
-    if !is_root() {
-        eprintln!("skipped: needs root");
-        return true;
-    }
-    skip_unless(kernel_has_fq(), "sch_fq")
+/// What every test here needs: root, sch_fq and the traffic tools.
+const NEEDS: &[Need<'static>] = &[
+    Need::Root,
+    Need::Sch("fq"),
+    Need::Tool("iperf3", "--version"),
+    Need::Tool("bash", "--version"),
+];
+
+/// Starts `shaper run` on left0 at 20 mbit with `args`; returns once it
+/// shapes.
+fn start<'a>(pair: &'a Pair, args: &[&str]) -> ShaperProc<'a> {
+    let mut all = vec!["--rate", "20mbit"];
+    all.extend_from_slice(args);
+    ShaperProc::start(Some(&pair.left), "left0", &all)
 }
 
-/// Starts `shaper run` on left0 with `args`; returns once `shaper status`
-/// shows it attached.
-#[allow(
-    clippy::zombie_processes,
-    reason = "the child is returned to the caller, which waits on it"
-)]
-fn start(pair: &Pair, args: &[&str]) -> Child {
-    let child = pair
-        .left
-        .shaper()
-        .args(["run", "--iface", "left0", "--rate", "20mbit"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn shaper run");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let st = pair
-            .left
-            .shaper()
-            .args(["status", "--iface", "left0"])
-            .output();
-        if st.is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("classifier:")) {
-            return child;
-        }
-        if Instant::now() >= deadline {
-            let mut child = child;
-            let _ = child.kill();
-            let out = child.wait_with_output().expect("wait shaper");
-            panic!("shaper did not attach in 60 s: {}", text(&out));
-        }
-        sleep(Duration::from_millis(200));
-    }
-}
-
-fn stop(child: Child) -> (String, String) {
-    let pid = i32::try_from(child.id()).expect("pid fits");
-    // SAFETY: kill has no memory-safety preconditions; the pid is our child.
-    unsafe { libc::kill(pid, libc::SIGTERM) };
-    let out = child.wait_with_output().expect("wait shaper");
-    assert!(out.status.success(), "shaper run failed: {}", text(&out));
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+/// Stops the run with SIGTERM, which must succeed; its stdout and stderr.
+fn stop(mut run: ShaperProc<'_>) -> (String, String) {
+    let exit = run.sigterm();
+    assert!(exit.status.success(), "shaper run failed: {}", exit.text());
+    (exit.stdout, exit.stderr)
 }
 
 /// Two TCP streams for `secs` and a ping every 100 ms, left to right.
-fn load(pair: &Pair, secs: u32) -> (Child, Child, Child) {
-    let server = pair
-        .right
-        .command("iperf3")
-        .args(["-s", "-1", "-B", "10.77.0.2"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("iperf3 server");
-    sleep(Duration::from_millis(500));
+fn load(pair: &Pair, secs: u32) -> (Iperf3Server, Child, Child) {
+    let server = Iperf3Server::start(&pair.right, IPERF3_PORT, &["-B", "10.77.0.2"]);
     let client = pair
         .left
         .command("iperf3")
@@ -115,21 +79,21 @@ fn scrape(pair: &Pair, port: u16) -> String {
 
 #[test]
 fn json_records_and_metrics_describe_the_flows() {
-    if skip() {
+    if !require(NEEDS) {
         return;
     }
     let pair = Pair::new("tel", 1);
-    let child = start(
+    let run = start(
         &pair,
         &["--json", "--sample", "4", "--metrics", "127.0.0.1:9464"],
     );
-    let (mut server, mut client, mut ping) = load(&pair, 8);
+    let (server, mut client, mut ping) = load(&pair, 8);
     sleep(Duration::from_secs(5));
     let metrics = scrape(&pair, 9464);
     let _ = client.wait();
     let _ = ping.wait();
-    let _ = server.wait();
-    let (stdout, stderr) = stop(child);
+    server.wait();
+    let (stdout, stderr) = stop(run);
 
     // Metrics: exact counters, the delay summary, per-flow series.
     assert!(metrics.starts_with("HTTP/1.1 200"), "{metrics}");
@@ -229,24 +193,17 @@ fn json_records_and_metrics_describe_the_flows() {
 
 #[test]
 fn piped_output_is_plain_lines_and_ends_with_a_summary() {
-    if skip() {
+    if !require(NEEDS) {
         return;
     }
     let pair = Pair::new("telp", 1);
-    let mut child = start(&pair, &[]);
-    let stdout = child.stdout.take().expect("stdout piped");
-    let reader = std::thread::spawn(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .collect::<Vec<String>>()
-    });
-    let (mut server, mut client, mut ping) = load(&pair, 3);
+    let run = start(&pair, &[]);
+    let (server, mut client, mut ping) = load(&pair, 3);
     let _ = client.wait();
     let _ = ping.wait();
-    let _ = server.wait();
-    let (_, stderr) = stop(child);
-    let lines = reader.join().expect("reader");
+    server.wait();
+    let (stdout, stderr) = stop(run);
+    let lines: Vec<&str> = stdout.lines().collect();
     let joined = lines.join("\n");
     eprintln!("{joined}\n{stderr}");
     assert!(

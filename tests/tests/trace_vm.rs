@@ -19,15 +19,11 @@ use std::{
 };
 
 use serde_json::Value;
-use shaper_tests::topo::{NamedNs, Pair, is_root, require_full_kernel, skip_unless, text};
-
-fn skip_unprivileged() -> bool {
-    if is_root() {
-        return false;
-    }
-    eprintln!("skipped: needs root to create network namespaces and attach tracers");
-    true
-}
+use shaper_tests::{
+    skip::{Need, require, require_full_kernel},
+    topo::{NamedNs, Pair, text},
+    traffic::{IPERF3_PORT, Iperf3Server},
+};
 
 /// A running `shaper trace --json` in `ns`.
 struct Trace {
@@ -109,14 +105,18 @@ fn ms(ns: u64) -> f64 {
     ns as f64 / 1e6
 }
 
-/// True when `qdisc` can be installed as root of `dev` in `ns` (it is then
-/// installed).
-fn try_qdisc(ns: &NamedNs, dev: &str, qdisc: &str) -> bool {
-    ns.command("sh")
-        .arg("-c")
-        .arg(format!("tc qdisc replace dev {dev} root {qdisc}"))
-        .status()
-        .is_ok_and(|s| s.success())
+/// A pair with the neighbour resolved, so the traced packets are the test's.
+fn resolved_pair(tag: &str) -> Pair {
+    let pair = Pair::new(tag, 1);
+    pair.left
+        .sh("ping -n -c 1 -W 2 10.77.0.2 >/dev/null || true");
+    pair
+}
+
+/// Installs `qdisc` as the root of left0; panics if tc refuses.
+fn root_qdisc(pair: &Pair, qdisc: &str) {
+    pair.left
+        .sh(&format!("tc qdisc replace dev left0 root {qdisc}"));
 }
 
 /// Round-trip times from ping's output ("time=1.23 ms"), in ms.
@@ -137,19 +137,11 @@ fn median(v: &[f64]) -> f64 {
 
 #[test]
 fn netem_delay_20ms_is_measured_as_20ms() {
-    if skip_unprivileged() {
+    if !require(&[Need::Root, Need::Sch("netem")]) {
         return;
     }
-    let pair = Pair::new("trnetem", 1);
-    // Resolve the neighbour first, so the traced packets are the pings.
-    pair.left
-        .sh("ping -n -c 1 -W 2 10.77.0.2 >/dev/null || true");
-    if skip_unless(
-        try_qdisc(&pair.left, "left0", "netem delay 20ms limit 1000"),
-        "sch_netem",
-    ) {
-        return;
-    }
+    let pair = resolved_pair("trnetem");
+    root_qdisc(&pair, "netem delay 20ms limit 1000");
     let trace = start_trace(&pair.left, "left0", 6);
     let rtts = ping_rtts(&pair.left, "-i 0.05 -c 80");
     eprintln!(
@@ -180,30 +172,20 @@ fn netem_delay_20ms_is_measured_as_20ms() {
 
 #[test]
 fn cake_sojourn_agrees_with_cake_and_ping() {
-    if skip_unprivileged() {
+    if !require(&[
+        Need::Root,
+        Need::Sch("cake"),
+        Need::Tool("iperf3", "--version"),
+    ]) {
         return;
     }
-    let pair = Pair::new("trcake", 1);
-    pair.left
-        .sh("ping -n -c 1 -W 2 10.77.0.2 >/dev/null || true");
+    let pair = resolved_pair("trcake");
     // MTU-sized packets: CAKE splits GSO super-packets into new skbs, which
     // the tracer cannot follow (they count as no enqueue record).
     pair.left.sh("ip link set dev left0 gso_max_segs 1");
-    if skip_unless(
-        try_qdisc(&pair.left, "left0", "cake bandwidth 20mbit besteffort"),
-        "sch_cake",
-    ) {
-        return;
-    }
+    root_qdisc(&pair, "cake bandwidth 20mbit besteffort");
     let idle = ping_rtts(&pair.left, "-i 0.05 -c 40");
-    let mut server = pair
-        .right
-        .command("iperf3")
-        .args(["-s", "-1"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("iperf3 server");
-    thread::sleep(Duration::from_millis(500));
+    let server = Iperf3Server::start(&pair.right, IPERF3_PORT, &[]);
     let trace = start_trace(&pair.left, "left0", 14);
     let client = pair
         .left
@@ -217,7 +199,7 @@ fn cake_sojourn_agrees_with_cake_and_ping() {
     let loaded = ping_rtts(&pair.left, "-i 0.1 -c 60");
     let client_out = client.wait_with_output().expect("iperf3 client");
     assert!(client_out.status.success(), "iperf3: {}", text(&client_out));
-    let _ = server.wait();
+    server.wait();
     let records = trace.finish();
     let cake: Value =
         serde_json::from_str(&pair.left.sh("tc -s -j qdisc show dev left0")).expect("tc JSON");
@@ -278,32 +260,18 @@ fn cake_sojourn_agrees_with_cake_and_ping() {
 
 #[test]
 fn tbf_flood_delay_is_bounded_by_its_latency() {
-    if skip_unprivileged() {
+    if !require(&[
+        Need::Root,
+        Need::Sch("tbf"),
+        Need::Tool("iperf3", "--version"),
+    ]) {
         return;
     }
-    let pair = Pair::new("trtbf", 1);
-    pair.left
-        .sh("ping -n -c 1 -W 2 10.77.0.2 >/dev/null || true");
+    let pair = resolved_pair("trtbf");
     // limit = rate × latency + burst, so a full queue waits about
     // latency + burst / rate = 50 + 8 ms.
-    if skip_unless(
-        try_qdisc(
-            &pair.left,
-            "left0",
-            "tbf rate 10mbit burst 10kb latency 50ms",
-        ),
-        "sch_tbf",
-    ) {
-        return;
-    }
-    let mut server = pair
-        .right
-        .command("iperf3")
-        .args(["-s", "-1"])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("iperf3 server");
-    thread::sleep(Duration::from_millis(500));
+    root_qdisc(&pair, "tbf rate 10mbit burst 10kb latency 50ms");
+    let server = Iperf3Server::start(&pair.right, IPERF3_PORT, &[]);
     let trace = start_trace(&pair.left, "left0", 7);
     let out = pair
         .left
@@ -322,7 +290,7 @@ fn tbf_flood_delay_is_bounded_by_its_latency() {
         .output()
         .expect("iperf3 client");
     assert!(out.status.success(), "iperf3: {}", text(&out));
-    let _ = server.wait();
+    server.wait();
     let records = trace.finish();
     let s = summary(&records);
     let (p50, p99, max) = (
@@ -364,12 +332,10 @@ fn tbf_flood_delay_is_bounded_by_its_latency() {
 
 #[test]
 fn noqueue_is_reported_as_unmeasured_and_silence_as_nothing() {
-    if skip_unprivileged() {
+    if !require(&[Need::Root, Need::Sch("tbf")]) {
         return;
     }
-    let pair = Pair::new("trnoq", 1);
-    pair.left
-        .sh("ping -n -c 1 -W 2 10.77.0.2 >/dev/null || true");
+    let pair = resolved_pair("trnoq");
     // A veth has no queue by default: every packet goes straight to the
     // driver and must count as "no enqueue record", never as a delay.
     let trace = start_trace(&pair.left, "left0", 3);
@@ -380,11 +346,7 @@ fn noqueue_is_reported_as_unmeasured_and_silence_as_nothing() {
     assert_eq!(u(s, "packets"), 0, "{s}");
     assert!(u(s, "no_enqueue_record") >= 20, "{s}");
     // A qdisc and no traffic: nothing at all.
-    assert!(try_qdisc(
-        &pair.left,
-        "left0",
-        "tbf rate 10mbit burst 10kb latency 50ms"
-    ));
+    root_qdisc(&pair, "tbf rate 10mbit burst 10kb latency 50ms");
     let trace = start_trace(&pair.left, "left0", 2);
     let records = trace.finish();
     let s = summary(&records);
@@ -405,7 +367,7 @@ fn noqueue_is_reported_as_unmeasured_and_silence_as_nothing() {
 
 #[test]
 fn bad_input_exits_2_and_attaches_nothing() {
-    if skip_unprivileged() {
+    if !require(&[Need::Root, Need::Tool("bpftool", "version")]) {
         return;
     }
     let pair = Pair::new("trbad", 1);
@@ -426,12 +388,14 @@ fn bad_input_exits_2_and_attaches_nothing() {
         assert!(msg.contains(needle), "{args:?}: {msg}");
     }
     // Nothing stayed attached: no raw tracepoint link of ours.
-    let links = Command::new("bpftool").args(["link", "show"]).output();
-    if let Ok(l) = links {
-        let l = String::from_utf8_lossy(&l.stdout);
-        assert!(
-            !l.contains("trace_qdisc_enq"),
-            "a tracer link was left: {l}"
-        );
-    }
+    let links = Command::new("bpftool")
+        .args(["link", "show"])
+        .output()
+        .expect("bpftool link show");
+    assert!(links.status.success(), "bpftool: {}", text(&links));
+    let l = String::from_utf8_lossy(&links.stdout);
+    assert!(
+        !l.contains("trace_qdisc_enq"),
+        "a tracer link was left: {l}"
+    );
 }
