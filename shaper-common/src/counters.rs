@@ -61,11 +61,15 @@ pub enum Counter {
     /// The policer owed a flow a signal but the one-in-four cap held it
     /// back; the packet passed.
     PoliceWithheld,
+    /// The AQM chose a CE mark but the header could not be rewritten; the
+    /// packet was dropped instead, as CoDel drops what it cannot mark, and
+    /// its header was left whole.
+    CeMarkFailed,
 }
 
 impl Counter {
     /// Number of counters; the array's size.
-    pub const COUNT: u32 = Counter::PoliceWithheld as u32 + 1;
+    pub const COUNT: u32 = Counter::CeMarkFailed as u32 + 1;
 
     /// All counters in index order.
     pub const ALL: [Counter; Counter::COUNT as usize] = [
@@ -93,6 +97,7 @@ impl Counter {
         Counter::PoliceDrop,
         Counter::PoliceClamped,
         Counter::PoliceWithheld,
+        Counter::CeMarkFailed,
     ];
 
     /// Stable snake_case name, used by `shaper status` and exporters.
@@ -122,6 +127,7 @@ impl Counter {
             Counter::PoliceDrop => "police_drop",
             Counter::PoliceClamped => "police_clamped",
             Counter::PoliceWithheld => "police_withheld",
+            Counter::CeMarkFailed => "ce_mark_failed",
         }
     }
 }

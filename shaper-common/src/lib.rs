@@ -13,6 +13,7 @@
 pub mod codel;
 pub mod config;
 pub mod counters;
+pub mod ecn;
 pub mod edt;
 pub mod event;
 pub mod fair;

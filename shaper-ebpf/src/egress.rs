@@ -26,6 +26,7 @@ use aya_ebpf::{
 use shaper_common::{
     config::{FLAG_DELIVERY_MONO, FLAG_TELEMETRY, PacerConfig},
     counters::Counter,
+    ecn,
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
     fair::{
@@ -191,13 +192,15 @@ fn fair(
             )
         }
         Verdict::Mark { tstamp_ns } => {
-            if ecn.present {
-                mark_ce(ctx, ecn);
+            if mark_ce(ctx, ecn) {
+                set_tstamp(ctx, config, tstamp_ns);
+                count(Counter::CeMarked, 1);
+                count(Counter::Paced, 1);
+                (VERDICT_CE, tstamp_ns.saturating_sub(now_ns), TC_ACT_UNSPEC)
+            } else {
+                count(Counter::CeMarkFailed, 1);
+                (VERDICT_AQM_DROP, clock_delay_ns, TC_ACT_SHOT)
             }
-            set_tstamp(ctx, config, tstamp_ns);
-            count(Counter::CeMarked, 1);
-            count(Counter::Paced, 1);
-            (VERDICT_CE, tstamp_ns.saturating_sub(now_ns), TC_ACT_UNSPEC)
         }
         Verdict::AqmDrop => {
             count(Counter::AqmDrop, 1);
@@ -313,31 +316,30 @@ fn stamp_now_if_mono(ctx: &TcContext, config: &PacerConfig, now_ns: u64) {
 /// `BPF_SKB_TSTAMP_DELIVERY_MONO` in `include/uapi/linux/bpf.h`.
 const BPF_SKB_TSTAMP_DELIVERY_MONO: u32 = 1;
 
-/// Sets the ECN field to CE (RFC 3168), fixing the IPv4 header checksum.
-/// Best effort: a failed write leaves the packet as it was.
+/// Sets the ECN field to CE (RFC 3168). True when the packet carries CE
+/// afterwards. An IPv4 header's TOS byte and checksum are rewritten by one
+/// store (`shaper_common::ecn`), so a failure leaves the header whole;
+/// false then, and for a packet that is not ECN-capable, which the caller
+/// drops instead, as CoDel drops what it cannot mark.
 #[inline(always)]
-pub(crate) fn mark_ce(ctx: &TcContext, e: Ecn) {
-    if e.bits == 3 {
-        return;
+pub(crate) fn mark_ce(ctx: &TcContext, e: Ecn) -> bool {
+    if !e.present {
+        return false;
+    }
+    if e.bits == ecn::CE {
+        return true;
     }
     let off = e.l3_off as usize;
     if e.ipv4 {
-        // The first 16-bit word (version/IHL, TOS) as stored, and with CE.
-        let Ok(old) = ctx.load::<[u8; 2]>(off) else {
-            return;
+        let Ok(mut h) = ctx.load::<[u8; ecn::IPV4_CE_SPAN]>(off) else {
+            return false;
         };
-        let new = [old[0], old[1] | 0x03];
-        let (from, to) = (u16::from_ne_bytes(old), u16::from_ne_bytes(new));
-        if ctx.store(off, &new, 0).is_ok() {
-            let _ = ctx.l3_csum_replace(off + 10, u64::from(from), u64::from(to), 2);
-        }
+        ecn::ipv4_set_ce(&mut h) && ctx.store(off, &h, 0).is_ok()
     } else {
-        // Traffic class low nibble is the high nibble of byte 1; ECN is its
-        // low two bits.
-        let Ok(b1) = ctx.load::<u8>(off + 1) else {
-            return;
+        let Ok(mut b1) = ctx.load::<u8>(off + 1) else {
+            return false;
         };
-        let _ = ctx.store(off + 1, &(b1 | 0x30), 0);
+        ecn::ipv6_set_ce(&mut b1) && ctx.store(off + 1, &b1, 0).is_ok()
     }
 }
 

@@ -125,8 +125,9 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
     unsafe { atomic::add(&raw mut (*state).scheduled_ns[slot], tx_ns) };
     match r.action {
         Action::Mark => {
-            if class.ecn.present {
-                mark_ce(ctx, class.ecn);
+            if !mark_ce(ctx, class.ecn) {
+                count(Counter::CeMarkFailed, 1);
+                return Ok(TC_ACT_SHOT);
             }
             count(Counter::CeMarked, 1);
         }
