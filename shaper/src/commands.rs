@@ -138,6 +138,13 @@ pub fn run(args: RunArgs) -> Result<()> {
     if link.oper_state == "down" || link.oper_state == "lowerlayerdown" {
         warn!(iface = %link.name, state = %link.oper_state, "the interface has no carrier; shaping anyway");
     }
+    // The last check: the metrics address is bound before anything changes.
+    let mut metrics = match args.metrics {
+        Some(addr) if egress.is_some() && !args.no_telemetry => {
+            Some(telemetry::metrics::bind(addr)?)
+        }
+        _ => None,
+    };
 
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -210,7 +217,7 @@ pub fn run(args: RunArgs) -> Result<()> {
                 let mut opts =
                     PipelineOptions::new(&link.name, "shaper", Output::detect(args.json));
                 opts.top = args.top;
-                opts.metrics = args.metrics;
+                opts.metrics = metrics.take();
                 opts.table.sample_every = args.sample.max(1);
                 let p = Pipeline::start(ring, counters, opts).await?;
                 if let Some(addr) = p.metrics_addr {
@@ -261,6 +268,12 @@ pub fn run(args: RunArgs) -> Result<()> {
 pub fn status(iface: Option<String>, json: bool) -> Result<()> {
     let netns = state::current_netns()?;
     let list = status::collect(&Roots::default(), netns, iface.as_deref())?;
+    if let (true, Some(name)) = (list.is_empty(), iface.as_deref()) {
+        // A record outlives its interface (status then reports it stale), so
+        // the name is looked up only when there is no record: a typo is a
+        // usage error, not an unshaped interface.
+        crate::link::link_by_name(name)?;
+    }
     if json {
         for st in &list {
             println!("{}", status::to_json(st));

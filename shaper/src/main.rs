@@ -20,6 +20,9 @@ fn exit_code(err: &anyhow::Error) -> i32 {
                 .downcast_ref::<shaper::observe::ObserveError>()
                 .is_some_and(shaper::observe::is_usage_error)
             || cause.is::<shaper::trace::TraceError>()
+            || cause
+                .downcast_ref::<shaper::telemetry::TelemetryError>()
+                .is_some_and(shaper::telemetry::TelemetryError::is_usage_error)
             || cause.is::<shaper::lab::cli::LabUsageError>()
             || cause.is::<shaper::bpf::ObjectError>()
             || matches!(

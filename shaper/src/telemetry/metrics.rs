@@ -27,6 +27,15 @@ use tracing::debug;
 
 use super::{FlowTable, Summary, Window, flow_label};
 
+/// Binds the metrics listener. Commands call this before they change
+/// anything, so an address in use is refused with nothing to undo.
+pub fn bind(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, super::TelemetryError> {
+    let listen = |source| super::TelemetryError::Listen { addr, source };
+    let l = std::net::TcpListener::bind(addr).map_err(listen)?;
+    l.set_nonblocking(true).map_err(listen)?;
+    Ok(l)
+}
+
 fn escape(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")

@@ -39,15 +39,24 @@ pub enum TelemetryError {
         detail: String,
     },
     /// The metrics endpoint could not listen.
-    #[error(
-        "cannot serve metrics on {addr}: {source} (pick a free port, e.g. --metrics 127.0.0.1:9465)"
-    )]
+    #[error("cannot serve metrics on {addr} (pick a free port, e.g. --metrics 127.0.0.1:9465)")]
     Listen {
         /// The address asked for.
         addr: std::net::SocketAddr,
         /// Why.
         source: std::io::Error,
     },
+    /// A bound metrics listener could not be handed to the runtime.
+    #[error("cannot serve metrics on the bound listener")]
+    Serve(#[source] std::io::Error),
+}
+
+impl TelemetryError {
+    /// True when the user can fix the error by changing the command line
+    /// (the metrics address): a usage error, exit 2.
+    pub fn is_usage_error(&self) -> bool {
+        matches!(self, TelemetryError::Listen { .. })
+    }
 }
 
 /// A 5-tuple as people write it: `10.0.0.1:443 > 10.0.0.2:5000 tcp`.

@@ -81,7 +81,7 @@ impl From<Vec<(&'static str, u64)>> for Readings {
 pub type CounterSource = Box<dyn FnMut() -> Readings + Send>;
 
 /// Pipeline settings.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct PipelineOptions {
     /// The interface, for labels.
     pub iface: String,
@@ -93,8 +93,9 @@ pub struct PipelineOptions {
     pub output: Output,
     /// Flows shown (and exported per flow).
     pub top: usize,
-    /// Where to serve Prometheus text, if anywhere.
-    pub metrics: Option<SocketAddr>,
+    /// Where to serve Prometheus text, if anywhere: a listener the command
+    /// bound before it changed anything ([`super::metrics::bind`]).
+    pub metrics: Option<std::net::TcpListener>,
     /// Aggregator settings.
     pub table: FlowTableOptions,
     /// Capacity of the SPSC ring between reader and aggregator, in events.
@@ -227,7 +228,7 @@ impl Pipeline {
     pub async fn start(
         ring: RingBuf<MapData>,
         counters: CounterSource,
-        opts: PipelineOptions,
+        mut opts: PipelineOptions,
     ) -> Result<Self, TelemetryError> {
         let table = FlowTable::new(opts.table)?;
         // SAFETY: the AsyncFd owns the RingBuf, which owns the fd, so the
@@ -237,14 +238,10 @@ impl Pipeline {
                 map: "events".into(),
                 detail: e.to_string(),
             })?;
-        let (listener, metrics_addr) = match opts.metrics {
-            Some(addr) => {
-                let l = tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| TelemetryError::Listen { addr, source })?;
-                let bound = l
-                    .local_addr()
-                    .map_err(|source| TelemetryError::Listen { addr, source })?;
+        let (listener, metrics_addr) = match opts.metrics.take() {
+            Some(l) => {
+                let bound = l.local_addr().map_err(TelemetryError::Serve)?;
+                let l = tokio::net::TcpListener::from_std(l).map_err(TelemetryError::Serve)?;
                 (Some(l), Some(bound))
             }
             None => (None, None),

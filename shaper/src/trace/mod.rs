@@ -320,6 +320,11 @@ fn is_enoent(e: &ProgramError) -> bool {
 /// the duration ends or a signal comes, print every flow and the summary,
 /// detach.
 pub fn run(args: TraceArgs) -> Result<()> {
+    // Bound before the tracer attaches, so an address in use changes nothing.
+    let mut metrics = args
+        .metrics
+        .map(crate::telemetry::metrics::bind)
+        .transpose()?;
     let mut tracer = Tracer::attach(&args.iface)?;
     info!(iface = %args.iface, "tracer attached");
     let ring = tracer.take_ring()?;
@@ -340,7 +345,7 @@ pub fn run(args: TraceArgs) -> Result<()> {
                 .into()
         });
         let mut opts = PipelineOptions::new(&args.iface, "trace", Output::detect(args.json));
-        opts.metrics = args.metrics;
+        opts.metrics = metrics.take();
         opts.top = args.top;
         let pipeline = Pipeline::start(ring, source, opts).await?;
         if let Some(addr) = pipeline.metrics_addr {
