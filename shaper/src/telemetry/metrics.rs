@@ -12,17 +12,33 @@
 //! `shaper_flow_bytes_total`, `shaper_flow_delay_seconds{quantile=…}`,
 //! `shaper_flow_drops_total` and `shaper_flow_marks_total`.
 //!
-//! The server answers any `GET` with the last rendered text (refreshed
-//! each interval) and closes the connection; it binds where told (the
-//! CLI's default is loopback). Non-goals: HTTP keep-alive, TLS, auth.
+//! The server is hyper's HTTP/1.1: `GET /metrics` gets the last rendered
+//! text (refreshed each interval), one request per connection. It binds
+//! where told (the CLI's default is loopback), and a LAN address must
+//! survive careless and hostile clients, so connections are capped (the
+//! oldest goes when a newcomer comes), a request head has a deadline, and a
+//! failed accept backs off instead of spinning (see [`serve`]). Non-goals: keep-alive, TLS, auth.
 
 use std::fmt::Write as _;
 
-use tokio::{
-    io::{AsyncReadExt, AsyncWriteExt},
-    net::TcpListener,
-    sync::watch,
+use std::{
+    collections::BTreeMap,
+    convert::Infallible,
+    sync::{Arc, Mutex},
+    time::Duration,
 };
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::{
+    Method, Request, Response, StatusCode,
+    body::Incoming,
+    header::{CONTENT_TYPE, HeaderValue},
+    server::conn::http1,
+    service::service_fn,
+};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::{net::TcpListener, sync::watch, task::AbortHandle};
 use tracing::debug;
 
 use super::{FlowTable, Summary, Window, flow_label};
@@ -159,34 +175,104 @@ pub fn render(iface: &str, t: &FlowTable, s: &Summary, w: &Window, top: usize) -
     o
 }
 
-/// Serves the latest text until the task is aborted.
+/// Most connections served at once, so no number of clients can take
+/// every descriptor.
+pub const MAX_CONNECTIONS: usize = 64;
+
+/// A client must send its whole request head within this, or it is cut off:
+/// idle and one-byte-a-second clients cannot hold a slot for long.
+pub const HEAD_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The longest a connection lives, request and response together.
+pub const CONNECTION_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The first and the longest pause after a failed accept (out of
+/// descriptors, say): the loop backs off instead of spinning.
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The connections being served, oldest first (ids grow with each accept).
+#[derive(Default)]
+struct Live {
+    next_id: u64,
+    tasks: BTreeMap<u64, AbortHandle>,
+}
+
+/// Serves the latest text over HTTP/1.1 until the task is aborted: `GET
+/// /metrics` (or `/`) gets it, anything else a 404. One request per
+/// connection, each cut at [`HEAD_DEADLINE`] if its head is not in and at
+/// [`CONNECTION_DEADLINE`] in all.
+///
+/// At [`MAX_CONNECTIONS`] a newcomer closes the oldest connection. The
+/// accept loop never waits for a slot, so the kernel's backlog keeps
+/// draining, and a scraper, which sends its request at once and is done in
+/// milliseconds, gets through however many clients sit idle: the ones that
+/// go are those that have held a slot longest without finishing.
 pub async fn serve(listener: TcpListener, text: watch::Receiver<String>) {
+    let live = Arc::new(Mutex::new(Live::default()));
+    let mut backoff = ACCEPT_BACKOFF_MIN;
     loop {
-        let Ok((mut sock, peer)) = listener.accept().await else {
-            continue;
-        };
-        let body = text.borrow().clone();
-        tokio::spawn(async move {
-            let mut req = [0u8; 1024];
-            let n = sock.read(&mut req).await.unwrap_or(0);
-            let head = String::from_utf8_lossy(&req[..n]);
-            let path_ok = head.starts_with("GET /metrics") || head.starts_with("GET / ");
-            let (status, body) = if path_ok {
-                ("200 OK", body)
-            } else {
-                ("404 Not Found", "try GET /metrics\n".to_owned())
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: \
-                 {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            if let Err(e) = sock.write_all(resp.as_bytes()).await {
-                debug!(%peer, error = %e, "metrics client went away");
+        let (sock, peer) = match listener.accept().await {
+            Ok(accepted) => {
+                backoff = ACCEPT_BACKOFF_MIN;
+                accepted
             }
-            let _ = sock.shutdown().await;
+            Err(e) => {
+                debug!(error = %e, pause_ms = backoff.as_millis(), "metrics accept failed; backing off");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+                continue;
+            }
+        };
+        let text = text.clone();
+        let done = Arc::clone(&live);
+        let mut guard = live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        while guard.tasks.len() >= MAX_CONNECTIONS {
+            if let Some((_, oldest)) = guard.tasks.pop_first() {
+                oldest.abort();
+            }
+        }
+        let id = guard.next_id;
+        guard.next_id += 1;
+        let task = tokio::spawn(async move {
+            let service = service_fn(move |req: Request<Incoming>| {
+                let body = text.borrow().clone();
+                async move { Ok::<_, Infallible>(respond(&req, body)) }
+            });
+            let conn = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEAD_DEADLINE)
+                .keep_alive(false)
+                .serve_connection(TokioIo::new(sock), service);
+            match tokio::time::timeout(CONNECTION_DEADLINE, conn).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => debug!(%peer, error = %e, "metrics client failed"),
+                Err(_) => debug!(%peer, "metrics client cut off at the connection deadline"),
+            }
+            done.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .tasks
+                .remove(&id);
         });
+        guard.tasks.insert(id, task.abort_handle());
     }
+}
+
+/// The response to one request: the text for `GET /metrics` or `GET /`.
+fn respond(req: &Request<Incoming>, body: String) -> Response<Full<Bytes>> {
+    let ok = req.method() == Method::GET && matches!(req.uri().path(), "/metrics" | "/");
+    let (status, body) = if ok {
+        (StatusCode::OK, body)
+    } else {
+        (StatusCode::NOT_FOUND, "try GET /metrics\n".to_owned())
+    };
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    resp.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; version=0.0.4"),
+    );
+    resp
 }
 
 #[cfg(test)]

@@ -373,7 +373,8 @@ async fn aggregate(
                 let dropped = shared.dropped_user.load(Ordering::Relaxed);
                 let summary = Summary::from_table(&opts.iface, &table, dropped, c);
                 out.interval(started.elapsed(), &table, &summary, &window);
-                if opts.metrics.is_some() {
+                // The endpoint holds the only receiver: no server, no text.
+                if !text_tx.is_closed() {
                     let text = metrics::render(&opts.iface, &table, &summary, &window, opts.top);
                     let _ = text_tx.send(text);
                 }

@@ -38,9 +38,10 @@ pub struct Tier {
 
 /// Binaries that run on the host kernel only: what they check does not
 /// depend on the kernel (argument and privilege errors happen before any
-/// kernel feature is touched; the one sch_fq case needs a kernel without it),
-/// and under emulation they cost minutes.
-pub const HOST_ONLY: &[&str] = &["cli_bad_input"];
+/// kernel feature is touched, and the one sch_fq case needs a kernel without
+/// it; the metrics endpoint's clients are plain sockets), and under
+/// emulation they cost minutes.
+pub const HOST_ONLY: &[&str] = &["cli_bad_input", "metrics_endpoint"];
 
 const PROG_TEST_RUN: [(&str, Pick); 5] = [
     ("prog_test_run", Pick::All),
