@@ -17,12 +17,21 @@ use crate::{
 /// eBPF EDT traffic shaper: paces an interface's egress at a set rate with
 /// sch_fq enforcing the departure times.
 #[derive(Debug, Parser)]
-#[command(name = "shaper", version, propagate_version = true)]
+#[command(
+    name = "shaper",
+    version,
+    propagate_version = true,
+    after_help = DURATION_HELP
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
+
+/// The one duration rule, printed under every `--help`.
+pub const DURATION_HELP: &str = "Every DURATION is a number and a unit: h, m, s, ms, us or ns \
+     (10s, 500ms, 1.5s, 10m). A bare number is refused.";
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
@@ -75,6 +84,7 @@ pub enum Command {
 
 /// Arguments of `shaper observe`.
 #[derive(Debug, Args)]
+#[command(after_help = DURATION_HELP)]
 pub struct ObserveArgs {
     /// Interface to observe.
     #[arg(long, value_name = "IF")]
@@ -92,6 +102,7 @@ pub struct ObserveArgs {
 
 /// Arguments of `shaper run`.
 #[derive(Debug, Args)]
+#[command(after_help = DURATION_HELP)]
 pub struct RunArgs {
     /// Interface to shape.
     #[arg(long, value_name = "IF")]

@@ -37,7 +37,7 @@ fn start_trace(ns: &NamedNs, iface: &str, secs: u64) -> Trace {
     let mut child = ns
         .shaper()
         .args(["trace", "--iface", iface, "--json", "--duration"])
-        .arg(secs.to_string())
+        .arg(format!("{secs}s"))
         .env("RUST_LOG", "info")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -374,7 +374,8 @@ fn bad_input_exits_2_and_attaches_nothing() {
     for (args, needle) in [
         (vec!["--iface", "nosuch0"], "no interface named 'nosuch0'"),
         (vec!["--iface", "left0", "--duration", "soon"], "--duration"),
-        (vec!["--iface", "left0", "--duration", "0"], "out of range"),
+        (vec!["--iface", "left0", "--duration", "0s"], "out of range"),
+        (vec!["--iface", "left0", "--duration", "10"], "no unit"),
     ] {
         let out = pair
             .left

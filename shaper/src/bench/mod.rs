@@ -48,6 +48,7 @@ pub const SCHEMA: &str = "shaper-bench/1";
 
 /// Arguments of `shaper bench`.
 #[derive(Debug, clap::Args)]
+#[command(after_help = crate::cli::DURATION_HELP)]
 pub struct BenchArgs {
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]

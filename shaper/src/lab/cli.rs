@@ -22,6 +22,7 @@ use crate::rate::Rate;
 
 /// Arguments of `shaper lab`.
 #[derive(Debug, Args)]
+#[command(after_help = crate::cli::DURATION_HELP)]
 pub struct LabArgs {
     /// Shaping rate of every state that shapes (tc syntax, e.g. 50mbit).
     #[arg(long, value_name = "RATE", default_value = "50mbit")]
@@ -38,8 +39,8 @@ pub struct LabArgs {
     /// states are there to cure. 0ms leaves the path without a bottleneck.
     #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = crate::config::parse_duration)]
     pub link_buffer: Duration,
-    /// Measured seconds of load per direction (default 30, or 5 with --quick).
-    #[arg(long, value_name = "S", value_parser = crate::trace::parse_trace_duration)]
+    /// Measured load per direction (default 30s, or 5s with --quick).
+    #[arg(long, value_name = "DURATION", value_parser = crate::trace::parse_trace_duration)]
     pub duration: Option<Duration>,
     /// States to compare, in order, comma-separated: none, cake (egress
     /// and, on an IFB, ingress), fq_codel (egress), shaper (egress),
@@ -265,7 +266,7 @@ impl LabConfig {
         if duration < Duration::from_secs(2) || duration > Duration::from_secs(3600) {
             return Err(LabUsageError::Invalid {
                 flag: "--duration",
-                detail: format!("{duration:?} is outside 2 s to 1 h: give e.g. --duration 30"),
+                detail: format!("{duration:?} is outside 2 s to 1 h: give e.g. --duration 30s"),
             });
         }
         let link_rate = match args.link_rate {

@@ -226,7 +226,9 @@ pub async fn serve(listener: TcpListener, text: watch::Receiver<String>) {
         };
         let text = text.clone();
         let done = Arc::clone(&live);
-        let mut guard = live.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut guard = live
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         while guard.tasks.len() >= MAX_CONNECTIONS {
             if let Some((_, oldest)) = guard.tasks.pop_first() {
                 oldest.abort();
