@@ -172,3 +172,92 @@ fn kernel_without_sch_fq_exits_2_and_names_the_module() {
         );
     }
 }
+
+#[test]
+fn status_of_a_missing_interface_exits_2_and_names_it() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let pair = Pair::new("stn", 1);
+    for json in [false, true] {
+        let mut cmd = pair.left.shaper();
+        cmd.args(["status", "--iface", "nosuch0"]);
+        if json {
+            cmd.arg("--json");
+        }
+        let out = cmd.output().expect("spawn shaper");
+        let msg = text(&out);
+        assert_eq!(out.status.code(), Some(2), "json {json}: {msg}");
+        assert!(
+            msg.contains("no interface named 'nosuch0'"),
+            "json {json}: {msg}"
+        );
+    }
+    // An interface that exists but is not shaped is not an error.
+    let out = pair
+        .left
+        .shaper()
+        .args(["status", "--iface", "left0"])
+        .output()
+        .expect("spawn shaper");
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("left0: not shaped by shaper"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn a_metrics_address_in_use_exits_2_before_the_tracer_attaches() {
+    if !require(&[Need::Root, Need::Bpf]) {
+        return;
+    }
+    let pair = Pair::new("mtu", 1);
+    // Hold a port in the namespace, then ask trace to serve on it.
+    let mut holder = pair
+        .left
+        .command("python3")
+        .args([
+            "-c",
+            "import socket,sys,time\n\
+             s=socket.socket(); s.bind(('127.0.0.1',9478)); s.listen()\n\
+             print('ready', flush=True); time.sleep(60)",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 holds a port");
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(holder.stdout.take().expect("stdout")),
+        &mut line,
+    )
+    .expect("read ready");
+    assert_eq!(line.trim(), "ready");
+    let out = pair
+        .left
+        .shaper()
+        .args([
+            "trace",
+            "--iface",
+            "left0",
+            "--duration",
+            "5s",
+            "--metrics",
+            "127.0.0.1:9478",
+        ])
+        .output()
+        .expect("spawn shaper");
+    let _ = holder.kill();
+    let _ = holder.wait();
+    let msg = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{msg}");
+    assert!(
+        msg.contains("cannot serve metrics on 127.0.0.1:9478") && msg.contains("pick a free port"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("tracer attached"),
+        "the tracer attached first: {msg}"
+    );
+}
