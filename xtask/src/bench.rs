@@ -55,7 +55,7 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<i32> {
         None => out_dir.join("bench.json"),
     };
 
-    let tc = toolchain::setup(&[])?;
+    let tc = toolchain::setup(if args.no_vm { &[] } else { vm::HOST_PACKAGES })?;
     let object = ebpf::build_ebpf(root, &tc)?;
     let bin = ebpf::build_host(root, &object, true)?;
 

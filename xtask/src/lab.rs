@@ -5,9 +5,12 @@
 //! The probe adds each qdisc to `lo` inside `unshare --net`, a private
 //! namespace that vanishes with the command: this machine's own
 //! interfaces are never touched. Relative `--json`/`--report` paths are
-//! made absolute first; in the VM they must lie under the workspace (shared
-//! read-write at the same path), so the default report goes to
-//! `target/lab/`.
+//! made absolute first, and the default report goes to `target/lab/`. The
+//! guest sees only the workspace read-write (its /tmp is a tmpfs), so in the
+//! VM an output outside the workspace is written to a staging folder under
+//! `target/vm-out/` and copied to where it was asked for after the run; its
+//! destination folder is created before the run, and a destination that
+//! cannot be created is refused before anything runs. No output vanishes.
 //!
 //! All measuring and reporting is `shaper lab`'s; this only orchestrates.
 
@@ -86,7 +89,7 @@ pub fn run(root: &Path, args: &LabArgs) -> Result<i32> {
              `sudo -E cargo xtask lab`"
         );
     }
-    let tc = toolchain::setup(&[])?;
+    let tc = toolchain::setup(if args.no_vm { &[] } else { vm::HOST_PACKAGES })?;
     let object = ebpf::build_ebpf(root, &tc)?;
     let bin = ebpf::build_host(root, &object, true)?;
     run_built(root, &bin, args.vm, args.no_vm, &args.args)
@@ -106,12 +109,16 @@ pub fn run_built(
         eprintln!(
             "xtask lab: this kernel lacks cake, fq, fq_codel or netem: running in the 6.12 VM"
         );
+        let staging = root
+            .join("target/vm-out")
+            .join(format!("lab-{}", std::process::id()));
+        let (args, outputs) = stage_outputs(root, &args, &staging)?;
         let mut cmd = vec![bin.display().to_string(), "lab".to_owned()];
         cmd.extend(args);
         // The lab changes nothing outside the disposable guest, so a guest
         // that crashed under emulation (multi-threaded TCG occasionally
         // oopses in code the kernel is patching) is booted once more.
-        return match vm::run(root, vm::Kernel::V6_12, &cmd) {
+        let code = match vm::run(root, vm::Kernel::V6_12, &cmd) {
             Err(e) if e.downcast_ref::<vm::GuestCrash>().is_some() => {
                 eprintln!(
                     "xtask lab: warning: {e:#}\nxtask lab: running the lab again in a new guest"
@@ -119,7 +126,11 @@ pub fn run_built(
                 vm::run(root, vm::Kernel::V6_12, &cmd)
             }
             other => other,
-        };
+        }?;
+        let copied = outputs.iter().try_for_each(|o| o.copy_back());
+        let _ = std::fs::remove_dir_all(&staging);
+        copied?;
+        return Ok(code);
     }
     let status = Command::new(bin)
         .arg("lab")
@@ -127,6 +138,87 @@ pub fn run_built(
         .status()
         .with_context(|| format!("cannot start {}", bin.display()))?;
     Ok(status.code().unwrap_or(1))
+}
+
+/// An output the lab writes in the guest's view of the workspace, and where
+/// the user asked for it.
+#[derive(Debug, PartialEq)]
+struct StagedOutput {
+    staged: PathBuf,
+    dest: PathBuf,
+}
+
+impl StagedOutput {
+    /// Copies the staged file or folder to its destination, if the lab
+    /// wrote it.
+    fn copy_back(&self) -> Result<()> {
+        if !self.staged.exists() {
+            return Ok(());
+        }
+        copy_tree(&self.staged, &self.dest)
+            .with_context(|| format!("cannot copy the lab's output to {}", self.dest.display()))?;
+        eprintln!("xtask lab: wrote {}", self.dest.display());
+        Ok(())
+    }
+}
+
+/// `args` with each `--json`/`--report` value outside `root` replaced by a
+/// path under `staging`, and the list of outputs to copy back. Creates the
+/// destinations' parent folders now, so a path that cannot be written is
+/// refused before the run.
+fn stage_outputs(
+    root: &Path,
+    args: &[String],
+    staging: &Path,
+) -> Result<(Vec<String>, Vec<StagedOutput>)> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut outputs = Vec::new();
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        out.push(a.clone());
+        if a != "--json" && a != "--report" {
+            continue;
+        }
+        let Some(value) = it.next() else {
+            return Err(crate::UsageError(format!("{a} needs a value")).into());
+        };
+        let dest = PathBuf::from(value);
+        if dest.starts_with(root) {
+            out.push(value.clone());
+            continue;
+        }
+        if let Some(parent) = dest.parent() {
+            if let Err(e) = std::fs::create_dir_all(parent) {
+                return Err(crate::UsageError(format!(
+                    "{a} {value}: cannot create {} ({e}); give a folder you can write to",
+                    parent.display()
+                ))
+                .into());
+            }
+        }
+        let name = dest.file_name().map_or_else(
+            || a.trim_start_matches('-').to_owned(),
+            |n| n.to_string_lossy().into_owned(),
+        );
+        let staged = staging.join(a.trim_start_matches('-')).join(name);
+        out.push(staged.display().to_string());
+        outputs.push(StagedOutput { staged, dest });
+    }
+    Ok((out, outputs))
+}
+
+/// Copies a file, or a folder and everything in it, to `dest`.
+fn copy_tree(src: &Path, dest: &Path) -> std::io::Result<()> {
+    if src.is_dir() {
+        std::fs::create_dir_all(dest)?;
+        for entry in std::fs::read_dir(src)? {
+            let entry = entry?;
+            copy_tree(&entry.path(), &dest.join(entry.file_name()))?;
+        }
+        Ok(())
+    } else {
+        std::fs::copy(src, dest).map(|_| ())
+    }
 }
 
 #[cfg(test)]
@@ -145,5 +237,46 @@ mod tests {
         .expect("ok");
         assert_eq!(a, ["--report", "/r", "--json", "/j.json"]);
         assert!(lab_args(root, &["--json".into()]).is_err());
+    }
+
+    #[test]
+    fn outputs_outside_the_workspace_are_staged_and_copied_back() {
+        let tmp = std::env::temp_dir().join(format!("xtask-lab-stage-{}", std::process::id()));
+        let root = tmp.join("w");
+        let staging = root.join("target/vm-out/lab-1");
+        let dest_json = tmp.join("out/x/lab.json");
+        let args: Vec<String> = [
+            "--quick",
+            "--json",
+            &dest_json.display().to_string(),
+            "--report",
+            &root.join("target/lab").display().to_string(),
+        ]
+        .map(String::from)
+        .into();
+        let (staged, outputs) = stage_outputs(&root, &args, &staging).expect("staged");
+        let staged_json = staging.join("json/lab.json");
+        assert_eq!(staged[2], staged_json.display().to_string());
+        assert_eq!(staged[4], root.join("target/lab").display().to_string());
+        assert_eq!(outputs.len(), 1);
+        assert!(
+            dest_json.parent().is_some_and(Path::is_dir),
+            "parent made up front"
+        );
+        std::fs::create_dir_all(staged_json.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&staged_json, "{}").expect("write");
+        outputs[0].copy_back().expect("copy back");
+        assert_eq!(std::fs::read_to_string(&dest_json).expect("copied"), "{}");
+        let _ = std::fs::remove_dir_all(&tmp);
+    }
+
+    #[test]
+    fn a_destination_that_cannot_be_made_is_refused_before_the_run() {
+        let args: Vec<String> = ["--json", "/proc/nope/lab.json"].map(String::from).into();
+        let e = stage_outputs(Path::new("/w"), &args, Path::new("/w/s")).expect_err("refused");
+        assert!(
+            format!("{e:#}").contains("cannot create /proc/nope"),
+            "{e:#}"
+        );
     }
 }

@@ -82,13 +82,29 @@ fn workspace_root() -> Result<PathBuf> {
     Ok(root.to_path_buf())
 }
 
+/// A request xtask refuses before doing anything: exit 2.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
 fn main() {
     let cli = Cli::parse();
     let code = match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("xtask: {e:#}");
-            1
+            if e.chain().any(|c| c.is::<UsageError>()) {
+                2
+            } else {
+                1
+            }
         }
     };
     std::process::exit(code);
@@ -128,13 +144,15 @@ fn run(cli: Cli) -> Result<i32> {
             Ok(0)
         }
         Task::Run { args } => {
-            let tc = toolchain::setup(&[])?;
+            // Without --iface the demo is the lab, which runs in the VM on a
+            // kernel without the qdiscs it compares: install the VM's tools.
+            let demo = !args
+                .iter()
+                .any(|a| a == "--iface" || a.starts_with("--iface="));
+            let tc = toolchain::setup(if demo { vm::HOST_PACKAGES } else { &[] })?;
             let obj = ebpf::build_ebpf(&root, &tc)?;
             let bin = ebpf::build_host(&root, &obj, true)?;
-            if !args
-                .iter()
-                .any(|a| a == "--iface" || a.starts_with("--iface="))
-            {
+            if demo {
                 // No interface: the lab's testbed instead of a real network.
                 eprintln!(
                     "xtask run: no --iface given: running the shaper in the lab's testbed \

@@ -54,10 +54,6 @@ use anyhow::{Context, Result, bail};
 /// initramfs, kmod (depmod on the host, modprobe in the guest), cpio, xz
 /// (6.12's `.ko.xz` modules, 6.1's kernel image) and zstd (6.12's kernel
 /// image).
-#[allow(
-    dead_code,
-    reason = "read by `cargo xtask setup`, which is written separately"
-)]
 pub const HOST_PACKAGES: &[&str] = &[
     "qemu-system-x86",
     "busybox-static",
