@@ -187,14 +187,14 @@ fn stage_outputs(
             out.push(value.clone());
             continue;
         }
-        if let Some(parent) = dest.parent() {
-            if let Err(e) = std::fs::create_dir_all(parent) {
-                return Err(crate::UsageError(format!(
-                    "{a} {value}: cannot create {} ({e}); give a folder you can write to",
-                    parent.display()
-                ))
-                .into());
-            }
+        if let Some(parent) = dest.parent()
+            && let Err(e) = std::fs::create_dir_all(parent)
+        {
+            return Err(crate::UsageError(format!(
+                "{a} {value}: cannot create {} ({e}); give a folder you can write to",
+                parent.display()
+            ))
+            .into());
         }
         let name = dest.file_name().map_or_else(
             || a.trim_start_matches('-').to_owned(),
