@@ -10,3 +10,4 @@ pub mod skip;
 pub mod tc_util;
 pub mod topo;
 pub mod traffic;
+pub mod vs_cake;
