@@ -43,10 +43,12 @@ pub struct LabArgs {
     #[arg(long, value_name = "DURATION", value_parser = crate::trace::parse_trace_duration)]
     pub duration: Option<Duration>,
     /// States to compare, in order, comma-separated: none, cake (egress
-    /// and, on an IFB, ingress), fq_codel (egress), shaper (egress),
-    /// shaper-police (egress, and the AQM policer on ingress), shaper-ifb
-    /// (egress, and the pacer on an IFB fed from ingress).
-    #[arg(long, value_name = "LIST", default_value = "none,cake,fq_codel,shaper,shaper-police,shaper-ifb", value_parser = parse_states)]
+    /// and, on an IFB, ingress), fq_codel (egress), shaper (egress, and
+    /// ingress in the default mode, the AQM policer: both directions, as
+    /// cake), shaper-egress (egress only), shaper-police (the same as
+    /// shaper, by its mode's name), shaper-ifb (egress, and the pacer on an
+    /// IFB fed from ingress).
+    #[arg(long, value_name = "LIST", default_value = "none,cake,fq_codel,shaper,shaper-ifb", value_parser = parse_states)]
     pub states: StateList,
     /// Write every raw sample and the per-state summary here as JSON.
     #[arg(long, value_name = "FILE")]
@@ -72,10 +74,13 @@ pub enum StateKind {
     Cake,
     /// HTB + fq_codel.
     FqCodel,
-    /// This project's `shaper run`, egress only.
+    /// This project's `shaper run` on egress and on ingress in the default
+    /// ingress mode (the AQM policer): both directions, as `cake` shapes
+    /// them, so the default comparison is like with like.
     Shaper,
-    /// `shaper run` on egress and the AQM policer on ingress
-    /// (`--ingress-rate`, `police` mode).
+    /// `shaper run` on egress only.
+    ShaperEgress,
+    /// As [`StateKind::Shaper`], named by its ingress mode (`police`).
     ShaperPolice,
     /// `shaper run` on egress and on an IFB fed from ingress (`ifb` mode).
     ShaperIfb,
@@ -89,6 +94,7 @@ impl StateKind {
             StateKind::Cake => "cake",
             StateKind::FqCodel => "fq_codel",
             StateKind::Shaper => "shaper",
+            StateKind::ShaperEgress => "shaper-egress",
             StateKind::ShaperPolice => "shaper-police",
             StateKind::ShaperIfb => "shaper-ifb",
         }
@@ -98,15 +104,16 @@ impl StateKind {
     pub fn shapes_download(self) -> bool {
         matches!(
             self,
-            StateKind::Cake | StateKind::ShaperPolice | StateKind::ShaperIfb
+            StateKind::Cake | StateKind::Shaper | StateKind::ShaperPolice | StateKind::ShaperIfb
         )
     }
 
-    const ALL: [StateKind; 6] = [
+    const ALL: [StateKind; 7] = [
         StateKind::None,
         StateKind::Cake,
         StateKind::FqCodel,
         StateKind::Shaper,
+        StateKind::ShaperEgress,
         StateKind::ShaperPolice,
         StateKind::ShaperIfb,
     ];
@@ -344,7 +351,10 @@ impl LabConfig {
                 StateKind::None => &[],
                 StateKind::Cake => &["cake"],
                 StateKind::FqCodel => &["htb", "fq_codel"],
-                StateKind::Shaper | StateKind::ShaperPolice | StateKind::ShaperIfb => &["fq"],
+                StateKind::Shaper
+                | StateKind::ShaperEgress
+                | StateKind::ShaperPolice
+                | StateKind::ShaperIfb => &["fq"],
             };
             for kind in kinds {
                 out.push((*kind, format!("state {}", k.name())));
@@ -362,25 +372,27 @@ impl LabConfig {
                 super::State::CakeIngress { rate: self.rate },
             ]),
             StateKind::FqCodel => super::State::FqCodel { rate: self.rate },
-            StateKind::Shaper => super::State::Shaper {
+            StateKind::ShaperEgress => super::State::Shaper {
                 bin: self.shaper_bin.clone(),
                 rate: self.rate,
                 extra_args: Vec::new(),
             },
-            StateKind::ShaperPolice | StateKind::ShaperIfb => super::State::Shaper {
-                bin: self.shaper_bin.clone(),
-                rate: self.rate,
-                extra_args: vec![
-                    "--ingress-rate".to_owned(),
-                    super::state::tc_rate(self.rate),
-                    "--ingress-mode".to_owned(),
-                    if kind == StateKind::ShaperIfb {
-                        "ifb".to_owned()
-                    } else {
-                        "police".to_owned()
-                    },
-                ],
-            },
+            StateKind::Shaper | StateKind::ShaperPolice | StateKind::ShaperIfb => {
+                super::State::Shaper {
+                    bin: self.shaper_bin.clone(),
+                    rate: self.rate,
+                    extra_args: vec![
+                        "--ingress-rate".to_owned(),
+                        super::state::tc_rate(self.rate),
+                        "--ingress-mode".to_owned(),
+                        if kind == StateKind::ShaperIfb {
+                            "ifb".to_owned()
+                        } else {
+                            "police".to_owned()
+                        },
+                    ],
+                }
+            }
         }
     }
 }

@@ -74,6 +74,10 @@ pub struct Summary {
     pub udp_up_loss_pct: Option<f64>,
     /// Highest CPU busy sample.
     pub cpu_busy_max_pct: f64,
+    /// The CPU busy samples' quartiles (p25, p50, p75), percent: what the
+    /// CPU verdict compares, so that one state wins only where the states'
+    /// samples separate.
+    pub cpu_busy_quartiles_pct: (f64, f64, f64),
     /// Highest softirq sample.
     pub cpu_softirq_max_pct: f64,
     /// Samples with no idle time.
@@ -141,6 +145,11 @@ impl Summary {
             ping_down_avg_ms: avg(&s.down.ping_ms),
             udp_up_loss_pct: s.up.udp.as_ref().map(|u| u.lost_percent),
             cpu_busy_max_pct: max(|c| c.busy_pct),
+            cpu_busy_quartiles_pct: {
+                let busy: Vec<f64> = s.cpu.iter().map(|c| c.busy_pct).collect();
+                let q = |p| percentile(&busy, p).unwrap_or(f64::NAN);
+                (q(25.0), q(50.0), q(75.0))
+            },
             cpu_softirq_max_pct: max(|c| c.softirq_pct),
             zero_idle_samples: s.cpu.iter().filter(|c| c.zero_idle).count() as u64,
             kernel_delay_ms,
@@ -166,6 +175,9 @@ impl Summary {
             "ping_down_loaded_p50_ms": self.ping_down_p50_ms,
             "udp_up_loss_pct": self.udp_up_loss_pct,
             "cpu_busy_max_pct": self.cpu_busy_max_pct,
+            "cpu_busy_p25_pct": self.cpu_busy_quartiles_pct.0,
+            "cpu_busy_p50_pct": self.cpu_busy_quartiles_pct.1,
+            "cpu_busy_p75_pct": self.cpu_busy_quartiles_pct.2,
             "cpu_softirq_max_pct": self.cpu_softirq_max_pct,
             "zero_idle_samples": self.zero_idle_samples,
             "retransmits": self.up_retransmits + self.down_retransmits,
@@ -325,14 +337,52 @@ pub fn verdicts(sums: &[Summary]) -> Vec<String> {
         false,
         "ms",
     );
-    best(
-        "CPU (busy high water)",
-        &all,
-        |s| s.cpu_busy_max_pct,
-        false,
-        "%",
-    );
+    out.push(cpu_verdict(&all));
     out
+}
+
+/// The CPU verdict: the state with the lowest median busy sample wins only
+/// when its samples separate from the runner-up's, its p75 below their p25.
+/// Otherwise (under emulation every state pins the CPUs) there is no winner,
+/// and the line says so with both ranges.
+fn cpu_verdict(all: &[&Summary]) -> String {
+    let mut v: Vec<&Summary> = all
+        .iter()
+        .copied()
+        .filter(|s| s.cpu_busy_quartiles_pct.1.is_finite())
+        .collect();
+    v.sort_by(|a, b| {
+        a.cpu_busy_quartiles_pct
+            .1
+            .total_cmp(&b.cpu_busy_quartiles_pct.1)
+    });
+    let [first, second, ..] = v.as_slice() else {
+        return "- **CPU (busy):** too few samples to compare.".to_owned();
+    };
+    let (a, b) = (first.cpu_busy_quartiles_pct, second.cpu_busy_quartiles_pct);
+    if a.2 < b.0 {
+        format!(
+            "- **CPU (busy):** {} wins with a median of {:.1} %, {:.1} % less than {} ({:.1} %); \
+             their middle halves do not overlap ({:.1}–{:.1} % against {:.1}–{:.1} %).",
+            first.name,
+            a.1,
+            b.1 - a.1,
+            second.name,
+            b.1,
+            a.0,
+            a.2,
+            b.0,
+            b.2
+        )
+    } else {
+        format!(
+            "- **CPU (busy):** no winner: the samples of {} ({:.1}–{:.1} %, p25–p75) and {} \
+             ({:.1}–{:.1} %) overlap, so the difference is within the noise (under emulation \
+             every state pins the CPUs). The bench's CPU per Mbit/s against a paced unshaped \
+             run is the figure to compare.",
+            first.name, a.0, a.2, second.name, b.0, b.2
+        )
+    }
 }
 
 fn f1(x: f64) -> String {
@@ -364,9 +414,9 @@ pub fn markdown(lab: &LabRun) -> String {
         m,
         "Kernel {}; {} s of load per direction after {} s omitted, {} streams; {:.0} s in all. \
          {} Every state acts on the router's WAN egress; `cake` (CAKE in ingress mode on an \
-         IFB, as sqm-scripts does), `shaper-police` (the AQM policer) and `shaper-ifb` (the \
-         pacer on an IFB) also shape the download at the WAN ingress, and the download rows \
-         say which are shaped. \
+         IFB, as sqm-scripts does), `shaper` and `shaper-police` (the AQM policer) and \
+         `shaper-ifb` (the pacer on an IFB) also shape the download at the WAN ingress \
+         (`shaper-egress` does not), and the download rows say which are shaped. \
          CPU is the whole machine's (the namespaces share it, traffic generators included).\n",
         lab.kernel,
         c.duration.as_secs(),
@@ -527,6 +577,7 @@ mod tests {
             ping_down_avg_ms: 20.0,
             udp_up_loss_pct: None,
             cpu_busy_max_pct: cpu,
+            cpu_busy_quartiles_pct: (cpu - 2.0, cpu, cpu + 2.0),
             cpu_softirq_max_pct: 0.0,
             zero_idle_samples: 0,
             kernel_delay_ms: None,
@@ -558,9 +609,18 @@ mod tests {
             v[2].contains("shaper wins with 21.0 ms, 1.0 ms less than cake"),
             "{v:?}"
         );
-        assert!(v[4].contains("shaper wins with 40.0 %"), "{v:?}");
+        assert!(
+            v[4].contains("shaper wins with a median of 40.0 %, 10.0 % less than none"),
+            "{v:?}"
+        );
         let tie = verdicts(&[sum("none", 1.0, 1.0, 100.0), sum("cake", 1.0, 1.0, 100.0)]);
-        assert!(tie[3].contains("a tie between"), "{tie:?}");
+        assert!(tie[3].contains("no winner"), "{tie:?}");
+        // Medians 3 points apart with spreads of 2 each way overlap: no winner.
+        let close = verdicts(&[sum("cake", 1.0, 1.0, 97.0), sum("shaper", 1.0, 2.0, 100.0)]);
+        assert!(
+            close[3].contains("no winner") && close[3].contains("overlap"),
+            "{close:?}"
+        );
         assert_eq!(verdicts(&[sum("none", 1.0, 1.0, 1.0)]).len(), 1);
     }
 }
