@@ -227,12 +227,27 @@ pub fn run(args: RunArgs) -> Result<()> {
             }
             _ => None,
         };
-        let which = tokio::select! {
-            _ = sigterm.recv() => "SIGTERM",
-            _ = sigint.recv() => "SIGINT",
-            _ = sighup.recv() => "SIGHUP",
+        // Until a signal, or until the interface or its root qdisc is lost.
+        let owns_root = shaped.as_ref().is_some_and(|s| s.record.replaced_root);
+        let mut watch = tokio::time::interval(crate::watch::WATCH_PERIOD);
+        let lost = loop {
+            let which = tokio::select! {
+                _ = sigterm.recv() => "SIGTERM",
+                _ = sigint.recv() => "SIGINT",
+                _ = sighup.recv() => "SIGHUP",
+                _ = watch.tick() => {
+                    match crate::watch::check(&link.name, link.ifindex, owns_root) {
+                        Some(lost) => break Some(lost),
+                        None => continue,
+                    }
+                }
+            };
+            info!(signal = which, "stopping");
+            break None;
         };
-        info!(signal = which, "stopping");
+        if let Some(l) = &lost {
+            warn!(iface = %link.name, "{l}; stopping");
+        }
         let summary = match pipeline {
             Some(p) => Some(p.stop().await),
             None => None,
@@ -244,6 +259,9 @@ pub fn run(args: RunArgs) -> Result<()> {
         drop(shaped);
         drop(policer);
         guard.undo_now()?;
+        if let Some(l) = lost {
+            return Err(l.into());
+        }
         say(format!("shaper: {} restored", link.name));
         if let Some(s) = summary {
             if args.json {

@@ -27,3 +27,4 @@ pub mod status;
 pub mod tc;
 pub mod telemetry;
 pub mod trace;
+pub mod watch;

@@ -365,6 +365,25 @@ impl<'a> ShaperProc<'a> {
     pub fn sigkill(&mut self) -> Exit {
         self.stop(libc::SIGKILL)
     }
+
+    /// Waits up to `within` for the run to end by itself; its exit and how
+    /// long it took, or `None` (the run still going) when it did not.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<(Exit, Duration)> {
+        let started = Instant::now();
+        while started.elapsed() < within {
+            let done = self
+                .child
+                .as_mut()
+                .is_some_and(|c| c.try_wait().ok().flatten().is_some());
+            if done {
+                let took = started.elapsed();
+                // Already exited: stop only reaps it and collects the output.
+                return Some((self.stop(libc::SIGTERM), took));
+            }
+            sleep(Duration::from_millis(20));
+        }
+        None
+    }
 }
 
 impl Drop for ShaperProc<'_> {

@@ -520,3 +520,47 @@ fn probes_answer_from_the_kernel_config_and_leave_no_trace() {
     assert_eq!(threads(), threads_before, "a probe thread is still running");
     assert_same_view(&before, &traces(), "after the probes");
 }
+
+/// codel keeps its times in units of 1.024 µs and dumps them rounded down:
+/// replayed as dumped, an fq_codel leaf lost one unit per restore. Ten
+/// runs' worth of snapshot, install and restore must leave its target,
+/// interval and ce_threshold exactly as they were.
+#[test]
+fn fq_codel_times_stay_exact_over_repeated_restores() {
+    if !require(NEEDS) || !require(&[shaper_tests::skip::Need::Sch("fq_codel")]) {
+        return;
+    }
+    let _ns = setup();
+    veth_pair("va", "vb");
+    sh("tc qdisc add dev va root handle 1: htb default 10 && \
+        tc class add dev va parent 1: classid 1:10 htb rate 10mbit && \
+        tc qdisc add dev va parent 1:10 handle 10: fq_codel target 5ms interval 100ms \
+        ce_threshold 2500us");
+    let index = ifindex("va");
+    let first = codel_times("va");
+    let view = tc_view("va");
+    for round in 1..=10 {
+        let snap = tc::snapshot(index).expect("snapshot");
+        install_htb(index);
+        tc::restore(&snap).expect("restore");
+        assert_eq!(codel_times("va"), first, "after restore {round}");
+    }
+    assert_same_view(&view, &tc_view("va"), "after ten restores");
+}
+
+/// The fq_codel leaf's (target, interval, ce_threshold) in microseconds, as
+/// `tc -j` reports the kernel's dump.
+fn codel_times(dev: &str) -> (u64, u64, u64) {
+    let json = run(&format!("tc -j qdisc show dev {dev}"));
+    let list: serde_json::Value = serde_json::from_str(&json).expect("tc -j output");
+    let q = list
+        .as_array()
+        .and_then(|l| l.iter().find(|q| q["kind"] == "fq_codel"))
+        .unwrap_or_else(|| panic!("no fq_codel in {json}"));
+    let field = |name: &str| {
+        q["options"][name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("no {name} in {q}"))
+    };
+    (field("target"), field("interval"), field("ce_threshold"))
+}

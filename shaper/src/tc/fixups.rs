@@ -7,6 +7,16 @@
 //!   `HTB_VER` (`0x30011`, "ver 3.17"), while `htb_init` accepts only
 //!   `HTB_VER >> 16`; the version is shifted back. `direct_pkts` in the same
 //!   struct is a counter, zeroed (create ignores it).
+//! - **codel and fq_codel times**: the kernel keeps target, interval and
+//!   ce_threshold in its codel time, nanoseconds >> `CODEL_SHIFT` (10),
+//!   converting the microseconds it is given down (`(us * 1000) >> 10`) and
+//!   the dump back down again (`codel_time_to_us`, include/net/codel.h). A
+//!   dumped value replayed as it is therefore loses one codel unit each
+//!   round: `5ms` is stored as 4882, dumped as 4999 us, replayed to 4881 and
+//!   dumped as 4998, so repeated restores drift (`target 4.99ms`). The
+//!   value replayed is the smallest whose conversion gives the recorded
+//!   codel time back ([`codel_us_for_replay`]), so a restore is exact
+//!   however often it happens.
 //! - **Offload state in classifier flags**: u32, bpf, flower and matchall
 //!   report `TCA_CLS_FLAGS_IN_HW`/`NOT_IN_HW` in the flags attribute that
 //!   their create path checks with `tc_flags_valid()` (include/net/
@@ -56,8 +66,57 @@ pub(crate) fn unreplayable_qdisc(kind: &str) -> Option<&'static str> {
     }
 }
 
+/// The kernel's codel time shift (`CODEL_SHIFT`, include/net/codel.h).
+const CODEL_SHIFT: u32 = 10;
+
+/// The options of codel and fq_codel that hold codel times in microseconds
+/// (include/uapi/linux/pkt_sched.h): target, interval, ce_threshold.
+const CODEL_TIME_OPTIONS: [(&str, &[u16]); 2] = [
+    // TCA_CODEL_TARGET, TCA_CODEL_INTERVAL, TCA_CODEL_CE_THRESHOLD
+    ("codel", &[1, 3, 5]),
+    // TCA_FQ_CODEL_TARGET, TCA_FQ_CODEL_INTERVAL, TCA_FQ_CODEL_CE_THRESHOLD
+    ("fq_codel", &[1, 3, 7]),
+];
+
+/// What the kernel stores for `us` given microseconds (`fq_codel_change`).
+fn codel_time_of_us(us: u32) -> u64 {
+    (u64::from(us) * 1000) >> CODEL_SHIFT
+}
+
+/// What the kernel dumps for the codel time `t` (`codel_time_to_us`).
+fn codel_us_of_time(t: u64) -> u64 {
+    (t << CODEL_SHIFT) / 1000
+}
+
+/// The microseconds to replay for a dumped `dumped_us`, so that the kernel
+/// stores the codel time it had: the smallest `us` whose stored value
+/// dumps as `dumped_us` again. `dumped_us` itself when no such value fits
+/// (a value the kernel could not have dumped).
+pub(crate) fn codel_us_for_replay(dumped_us: u32) -> u32 {
+    // The stored time: the one t with floor(t * 1024 / 1000) == dumped_us.
+    let t = (u64::from(dumped_us) * 1000).div_ceil(1 << CODEL_SHIFT);
+    if codel_us_of_time(t) != u64::from(dumped_us) {
+        return dumped_us;
+    }
+    // The smallest us with floor(us * 1000 / 1024) == t.
+    let us = (t << CODEL_SHIFT).div_ceil(1000);
+    match u32::try_from(us) {
+        Ok(us) if codel_time_of_us(us) == t => us,
+        _ => dumped_us,
+    }
+}
+
 /// The attributes to send to create the recorded qdisc `q`.
 pub(crate) fn qdisc_attrs(q: &TcObject) -> Vec<Attr> {
+    if let Some(&(_, times)) = CODEL_TIME_OPTIONS.iter().find(|(k, _)| *k == q.kind()) {
+        return map_options(&q.attrs, |o| match o.as_u32() {
+            Some(us) if times.contains(&o.number()) => Some(Attr {
+                ty: o.ty,
+                value: codel_us_for_replay(us).to_ne_bytes().to_vec(),
+            }),
+            _ => Some(o),
+        });
+    }
     if q.kind() != "htb" {
         return q.attrs.clone();
     }
@@ -127,6 +186,46 @@ fn map_options(attrs: &[Attr], f: impl Fn(Attr) -> Option<Attr>) -> Vec<Attr> {
 mod tests {
     use super::*;
     use crate::tc::message::TCA_KIND;
+
+    #[test]
+    fn a_replayed_codel_time_is_stored_as_it_was_however_often() {
+        // Every stored time up to 10 s, dumped and replayed: the same time.
+        for t in (0..9_765_625u64).step_by(7) {
+            let dumped = u32::try_from(codel_us_of_time(t)).expect("fits");
+            let replay = codel_us_for_replay(dumped);
+            assert_eq!(
+                codel_time_of_us(replay),
+                t,
+                "t {t}, dumped {dumped}, replay {replay}"
+            );
+        }
+        // The figures of the module docs: 5ms drifts without the repair.
+        assert_eq!(codel_time_of_us(5000), 4882);
+        assert_eq!(codel_us_of_time(4882), 4999);
+        assert_eq!(codel_time_of_us(4999), 4881);
+        assert_eq!(codel_us_for_replay(4999), 5000);
+    }
+
+    #[test]
+    fn fq_codel_times_are_repaired_and_other_options_kept() {
+        let target = Attr {
+            ty: 1,
+            value: 4999u32.to_ne_bytes().to_vec(),
+        };
+        let limit = Attr {
+            ty: 2,
+            value: 4999u32.to_ne_bytes().to_vec(),
+        };
+        let q = object("fq_codel", vec![target, limit]);
+        let attrs = qdisc_attrs(&q);
+        let opts = attrs
+            .iter()
+            .find(|a| a.number() == TCA_OPTIONS)
+            .expect("options");
+        let parsed = parse_attrs(&opts.value).expect("parses");
+        assert_eq!(parsed[0].as_u32(), Some(5000), "target repaired");
+        assert_eq!(parsed[1].as_u32(), Some(4999), "limit is not a time");
+    }
 
     fn object(kind: &str, options: Vec<Attr>) -> TcObject {
         TcObject {
