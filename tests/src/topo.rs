@@ -132,11 +132,6 @@ pub fn text(out: &Output) -> String {
     )
 }
 
-/// True (and skipped through [`crate::skip`]) when `have` is false.
-pub fn skip_unless(have: bool, what: &str) -> bool {
-    !require(&[Need::Probed(have, what)])
-}
-
 /// True (with the reason printed) when the lab's comparisons against CAKE
 /// cannot run here: they need root, sch_fq, sch_cake and sch_netem. Under
 /// `SHAPER_REQUIRE_FULL_KERNEL=1` a missing qdisc fails instead.

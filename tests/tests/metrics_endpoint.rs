@@ -18,7 +18,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use shaper_tests::netns::NetNsGuard;
-use shaper_tests::skip::{Need, require, skip};
+use shaper_tests::skip::{Need, require};
 use shaper_tests::topo::shaper_bin;
 
 /// Connections opened and held without a request.
@@ -46,10 +46,8 @@ fn idle_and_slow_clients_cannot_stall_the_endpoint() {
         return;
     }
     let want_fds = (IDLE_CLIENTS + SLOW_CLIENTS + 256) as u64;
-    if !raise_nofile(want_fds) {
-        let _ = skip(&format!(
-            "cannot raise this process's descriptor limit to {want_fds}"
-        ));
+    let nofile = format!("a descriptor limit this process can raise to {want_fds}");
+    if !require(&[Need::Probed(raise_nofile(want_fds), &nofile)]) {
         return;
     }
     let _ns = NetNsGuard::new();
