@@ -334,3 +334,41 @@ mod tests {
         assert_eq!(Handle(TC_H_ROOT).to_string(), "root");
     }
 }
+
+/// The parsers behind the qdisc snapshot under arbitrary bytes: no panic,
+/// nothing allocated beyond the input, errors that say where, and what
+/// parses encodes back to itself.
+#[cfg(test)]
+mod parser_properties {
+    use proptest::prelude::*;
+
+    use super::*;
+    use crate::tc::Snapshot;
+
+    proptest! {
+        #[test]
+        fn attribute_lists_never_panic_or_grow(buf in proptest::collection::vec(any::<u8>(), 0..512)) {
+            match parse_attrs(&buf) {
+                Ok(attrs) => {
+                    let held: usize = attrs.iter().map(|a| a.value.len() + 4).sum();
+                    prop_assert!(held <= buf.len(), "{held} bytes held from {}", buf.len());
+                    let again = parse_attrs(&encode_attrs(&attrs)).expect("our own encoding");
+                    prop_assert_eq!(again, attrs);
+                }
+                Err(e) => prop_assert!(e.contains("offset"), "{e}"),
+            }
+        }
+
+        #[test]
+        fn tc_messages_never_panic(buf in proptest::collection::vec(any::<u8>(), 0..256)) {
+            if let Err(e) = TcMessage::decode(&buf) {
+                prop_assert!(e.contains("offset") || e.contains("tcmsg"), "{e}");
+            }
+        }
+
+        #[test]
+        fn snapshots_never_panic(buf in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = Snapshot::decode(&buf);
+        }
+    }
+}
