@@ -201,6 +201,10 @@ fn stage_outputs(
             |n| n.to_string_lossy().into_owned(),
         );
         let staged = staging.join(a.trim_start_matches('-')).join(name);
+        if let Some(parent) = staged.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("cannot create {}", parent.display()))?;
+        }
         out.push(staged.display().to_string());
         outputs.push(StagedOutput { staged, dest });
     }
@@ -263,7 +267,10 @@ mod tests {
             dest_json.parent().is_some_and(Path::is_dir),
             "parent made up front"
         );
-        std::fs::create_dir_all(staged_json.parent().expect("parent")).expect("mkdir");
+        assert!(
+            staged_json.parent().is_some_and(Path::is_dir),
+            "staging made up front"
+        );
         std::fs::write(&staged_json, "{}").expect("write");
         outputs[0].copy_back().expect("copy back");
         assert_eq!(std::fs::read_to_string(&dest_json).expect("copied"), "{}");
