@@ -1,21 +1,26 @@
-//! Runs integration-test binaries one test at a time and records, per test,
-//! its seconds, result, skip reason and retries.
+//! Runs integration-test binaries and records, per test, its seconds,
+//! result, skip reason and retries.
 //!
-//! One process per test (`BIN --exact NAME --nocapture --test-threads=1`)
-//! is what makes a test's time, output and skip line its own: the privileged
-//! tests run single-threaded anyway, and starting a binary costs a fraction
-//! of a second against tests of seconds to minutes.
+//! Each binary runs once for all its planned tests, in libtest's JSON
+//! format (`-Z unstable-options --format json --report-time
+//! --show-output`, allowed on a stable toolchain by `RUSTC_BOOTSTRAP=1` in
+//! the test's environment), so a test's time is libtest's own and its
+//! captured output comes with its result: starting a binary under emulation
+//! costs seconds, which one process per test would pay for every test.
 //!
 //! The same code runs on the host (the host stage) and inside the VM (the
 //! job of a VM stage runs `xtask exec-tests`), reading a [`Plan`] and writing
 //! [`TestRecord`]s as JSON, so both report the same way.
 //!
 //! Rules:
-//! - A test's output goes to its own log file under the plan's log folder.
-//!   A passing test prints one line; a failing test's whole log is printed.
+//! - Each test's captured output goes to its own log file under the plan's
+//!   log folder, and what the binary printed outside any test (its
+//!   children's output, say) to `<binary>.log` beside them. A passing test
+//!   prints one line; a failing test's whole output is printed.
 //! - Skips and retries are read from the fixed lines the tests' skip helper
 //!   prints (`skipped: <test>: <reason>`, `retried: <test>: <reason>`).
 //! - Under `strict`, a skipped test counts as failed (the VM stages).
+//! - A planned test the binary never reported (it crashed) is a failure.
 //!
 //! Non-goals: running tests in parallel, timeouts per test (the VM has its
 //! own overall limit).
@@ -23,7 +28,6 @@
 use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::Instant;
 
 use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
@@ -143,36 +147,41 @@ pub fn run_plan(plan: &Plan, out: Option<&Path>) -> Result<Vec<TestRecord>> {
     std::fs::create_dir_all(&plan.log_dir)
         .with_context(|| format!("cannot create {}", plan.log_dir.display()))?;
     let total = plan.tests.len();
-    let mut records = Vec::with_capacity(total);
-    for (i, t) in plan.tests.iter().enumerate() {
-        let record = run_one(plan, t)?;
-        let mark = match record.result {
-            Outcome::Ok => "ok",
-            Outcome::Failed => "FAILED",
-            Outcome::Skipped => "skipped",
-            Outcome::Ignored => "ignored",
-        };
-        eprintln!(
-            "[{:>3}/{total}] {}::{} ... {mark} ({:.1} s){}{}",
-            i + 1,
-            record.binary,
-            record.test,
-            record.seconds,
-            record
-                .skip_reason
-                .as_ref()
-                .map(|r| format!(": {r}"))
-                .unwrap_or_default(),
-            if record.retries.is_empty() {
-                String::new()
-            } else {
-                format!(", {} retried round(s)", record.retries.len())
+    let mut records: Vec<TestRecord> = Vec::with_capacity(total);
+    let mut rest = plan.tests.as_slice();
+    while let Some(first) = rest.first() {
+        let n = rest.iter().take_while(|t| t.binary == first.binary).count();
+        let (group, tail) = rest.split_at(n);
+        rest = tail;
+        for record in run_binary(plan, group)? {
+            let mark = match record.result {
+                Outcome::Ok => "ok",
+                Outcome::Failed => "FAILED",
+                Outcome::Skipped => "skipped",
+                Outcome::Ignored => "ignored",
+            };
+            eprintln!(
+                "[{:>3}/{total}] {}::{} ... {mark} ({:.1} s){}{}",
+                records.len() + 1,
+                record.binary,
+                record.test,
+                record.seconds,
+                record
+                    .skip_reason
+                    .as_ref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default(),
+                if record.retries.is_empty() {
+                    String::new()
+                } else {
+                    format!(", {} retried round(s)", record.retries.len())
+                }
+            );
+            for r in &record.retries {
+                eprintln!("        retried: {r}");
             }
-        );
-        for r in &record.retries {
-            eprintln!("        retried: {r}");
+            records.push(record);
         }
-        records.push(record);
         if let Some(out) = out {
             write_records(out, &records)?;
         }
@@ -180,59 +189,121 @@ pub fn run_plan(plan: &Plan, out: Option<&Path>) -> Result<Vec<TestRecord>> {
     Ok(records)
 }
 
-fn run_one(plan: &Plan, t: &PlannedTest) -> Result<TestRecord> {
-    let binary = binary_name(&t.binary);
-    let log = plan
-        .log_dir
-        .join(format!("{binary}.{}.log", t.test.replace("::", ".")));
-    let out = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
-    let err = out
-        .try_clone()
-        .with_context(|| format!("cannot reopen {}", log.display()))?;
-    let started = Instant::now();
-    let status = Command::new(&t.binary)
-        .args(["--exact", &t.test, "--nocapture", "--test-threads=1"])
+/// Runs the tests `group` (all of one binary) in one process.
+fn run_binary(plan: &Plan, group: &[PlannedTest]) -> Result<Vec<TestRecord>> {
+    let Some(first) = group.first() else {
+        return Ok(Vec::new());
+    };
+    let binary = binary_name(&first.binary);
+    let log = plan.log_dir.join(format!("{binary}.log"));
+    let err = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
+    let out = Command::new(&first.binary)
+        .args([
+            "--test-threads=1",
+            "-Z",
+            "unstable-options",
+            "--format",
+            "json",
+        ])
+        .args(["--report-time", "--show-output", "--exact"])
+        .args(group.iter().map(|t| t.test.as_str()))
         .current_dir(&plan.cwd)
         .envs(plan.env.iter().map(|(k, v)| (k, v)))
+        .env("RUSTC_BOOTSTRAP", "1")
         .stdin(Stdio::null())
-        .stdout(out)
         .stderr(err)
-        .status()
-        .with_context(|| format!("cannot start {}", t.binary.display()))?;
-    let seconds = started.elapsed().as_secs_f64();
-    let text = std::fs::read_to_string(&log).unwrap_or_default();
-    let read = read_output(&text, &t.test);
-    let mut result = if !status.success() || !read.ran {
-        Outcome::Failed
-    } else if read.ignored {
-        Outcome::Ignored
-    } else if read.skip_reason.is_some() {
-        Outcome::Skipped
-    } else {
-        Outcome::Ok
-    };
-    if result == Outcome::Skipped && plan.strict {
-        result = Outcome::Failed;
-    }
-    if result == Outcome::Failed {
-        eprintln!(
-            "---- {binary}::{} ({}) output:\n{text}",
-            t.test,
-            if read.ran {
-                status.to_string()
-            } else {
-                "the binary ran no test of that name".to_owned()
+        .output()
+        .with_context(|| format!("cannot start {}", first.binary.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut events = std::collections::HashMap::new();
+    let mut other = String::new();
+    for line in stdout.lines() {
+        match serde_json::from_str::<Event>(line) {
+            Ok(e) if e.kind == "test" && e.event != "started" => {
+                events.insert(e.name.clone(), e);
             }
-        );
+            Ok(_) => {}
+            Err(_) => {
+                other.push_str(line);
+                other.push('\n');
+            }
+        }
     }
-    Ok(TestRecord {
-        binary,
-        test: t.test.clone(),
-        seconds,
-        result,
-        skip_reason: read.skip_reason,
-        retries: read.retries,
-    })
+    if !other.is_empty() {
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&log)
+            .with_context(|| format!("cannot open {}", log.display()))?;
+        std::io::Write::write_all(&mut f, other.as_bytes())
+            .with_context(|| format!("cannot write {}", log.display()))?;
+    }
+    let mut records = Vec::with_capacity(group.len());
+    for t in group {
+        let test_log = plan
+            .log_dir
+            .join(format!("{binary}.{}.log", t.test.replace("::", ".")));
+        let record = match events.get(&t.test) {
+            Some(e) => {
+                let text = e.stdout.clone().unwrap_or_default();
+                std::fs::write(&test_log, &text)
+                    .with_context(|| format!("cannot write {}", test_log.display()))?;
+                let read = read_output(&text, &t.test);
+                let mut result = match e.event.as_str() {
+                    "ok" if read.skip_reason.is_some() => Outcome::Skipped,
+                    "ok" => Outcome::Ok,
+                    "ignored" => Outcome::Ignored,
+                    _ => Outcome::Failed,
+                };
+                if result == Outcome::Skipped && plan.strict {
+                    result = Outcome::Failed;
+                }
+                if result == Outcome::Failed {
+                    eprintln!("---- {binary}::{} ({}) output:\n{text}", t.test, e.event);
+                }
+                TestRecord {
+                    binary: binary.clone(),
+                    test: t.test.clone(),
+                    seconds: e.exec_time.unwrap_or(0.0),
+                    result,
+                    skip_reason: read.skip_reason,
+                    retries: read.retries,
+                }
+            }
+            None => {
+                eprintln!(
+                    "---- {binary}::{}: the binary ended ({}) without reporting it; its output \
+                     is in {}",
+                    t.test,
+                    out.status,
+                    log.display()
+                );
+                TestRecord {
+                    binary: binary.clone(),
+                    test: t.test.clone(),
+                    seconds: 0.0,
+                    result: Outcome::Failed,
+                    skip_reason: None,
+                    retries: Vec::new(),
+                }
+            }
+        };
+        records.push(record);
+    }
+    Ok(records)
+}
+
+/// One line of libtest's JSON output.
+#[derive(Debug, Deserialize)]
+struct Event {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    event: String,
+    #[serde(default)]
+    name: String,
+    exec_time: Option<f64>,
+    /// The test's captured output (stdout and stderr), with `--show-output`.
+    stdout: Option<String>,
 }
 
 /// What a test's log says beyond its exit status.

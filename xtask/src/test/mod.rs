@@ -203,7 +203,9 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
     let mut built: Option<(PathBuf, Listed)> = None;
     let tests_dir = root.join("tests");
     stage("build tests", &mut || {
-        let shaper_bin = ebpf::build_host(root, &object, false)?;
+        // Release: under emulation a debug build spends seconds of every start
+        // parsing and relocating the BPF object.
+        let shaper_bin = ebpf::build_host(root, &object, true)?;
         let mut listed = Vec::new();
         for bin in test_binaries(root, &object)? {
             let names = exec::list_tests(&bin, &tests_dir)?;
