@@ -32,8 +32,9 @@
 //! beside sparse flows, and many flows, under CAKE and the shaper,
 //! repeated and reported as medians.
 //!
-//! Non-goals: repetitions of the states above, fairness between unequal
-//! flows (the lab's tests cover that), GSO-off runs.
+//! Non-goals: repetitions of the states above, GSO-off runs. Fairness
+//! between unequal flows (different RTTs or congestion controls) is not
+//! measured here, and no test measures it either: a gap, not a choice.
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration, time::Instant};
 
