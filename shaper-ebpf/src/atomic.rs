@@ -27,8 +27,8 @@ pub unsafe fn add(p: *mut u64, v: u64) {
 ///
 /// Sequentially consistent, not relaxed: LLVM 22's BPF backend selects the
 /// non-fetching `lock *(u64 *)(p) += v` for a relaxed `atomicrmw` even when
-/// its result is used, so the "previous value" is the addend (LLVM issue
-/// 210280, "[BPF] Live monotonic atomicrmw lowers to non-FETCH and returns
+/// its result is used, so the "previous value" is the addend (reported to
+/// LLVM as "[BPF] Live monotonic atomicrmw lowers to non-FETCH and returns
 /// wrong value"). Any stronger ordering selects `atomic_fetch_add`, and on
 /// BPF both are the same full barrier. `prog_test_run_fair` checks the
 /// result through the join rule.
