@@ -16,7 +16,6 @@ use std::{
 
 use crate::netns::sh;
 pub use crate::skip::require_full_kernel;
-use crate::skip::{Need, require};
 
 /// A named network namespace, deleted on drop.
 pub struct NamedNs {
@@ -58,6 +57,20 @@ impl NamedNs {
     /// A `shaper` command in this namespace.
     pub fn shaper(&self) -> Command {
         self.command(&shaper_bin().display().to_string())
+    }
+
+    /// `shaper` run here as nobody with no capabilities (`setpriv`), for
+    /// the privilege errors.
+    pub fn unprivileged_shaper(&self) -> Command {
+        let mut c = self.command("setpriv");
+        c.args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "--inh-caps=-all",
+        ])
+        .arg(shaper_bin());
+        c
     }
 
     /// The full traffic-control state of `dev`: qdiscs, classes and filters
@@ -130,18 +143,6 @@ pub fn text(out: &Output) -> String {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     )
-}
-
-/// True (with the reason printed) when the lab's comparisons against CAKE
-/// cannot run here: they need root, sch_fq, sch_cake and sch_netem. Under
-/// `SHAPER_REQUIRE_FULL_KERNEL=1` a missing qdisc fails instead.
-pub fn skip_without_lab_qdiscs() -> bool {
-    !require(&[
-        Need::Root,
-        Need::Sch("fq"),
-        Need::Sch("cake"),
-        Need::Sch("netem"),
-    ])
 }
 
 /// True when the running kernel has sch_fq (probed without changing anything).

@@ -19,7 +19,17 @@ use std::time::{Duration, Instant};
 
 use shaper::lab::{RunResult, Scenario, Testbed, TestbedOptions, Timing, run_scenario};
 
-use crate::skip::note_retry;
+use crate::skip::{Need, note_retry};
+
+/// What every comparison against CAKE needs: the qdiscs of both states and
+/// of the lab's path, and iperf3.
+pub const NEEDS: &[Need<'static>] = &[
+    Need::Root,
+    Need::Sch("fq"),
+    Need::Sch("cake"),
+    Need::Sch("netem"),
+    Need::Tool("iperf3", "--version"),
+];
 
 /// Measured seconds of a run: long enough for a TCP flow at 20 ms RTT to
 /// average out its sawtooth, short enough for the whole comparison suite to

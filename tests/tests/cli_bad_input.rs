@@ -11,7 +11,7 @@ use std::process::Output;
 use shaper_tests::{
     shaper_proc::status_json,
     skip::{Need, require},
-    topo::{Pair, kernel_has_fq, shaper_bin, text},
+    topo::{Pair, kernel_has_fq, text},
 };
 
 /// Runs `shaper run ARGS` in the pair's left namespace; asserts exit 2, that
@@ -113,14 +113,7 @@ fn no_privileges_exits_2() {
     let before = pair.left.tc_state("left0");
     let out = pair
         .left
-        .command("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(shaper_bin())
+        .unprivileged_shaper()
         .args(["run", "--iface", "left0", "--rate", "20mbit"])
         .output()
         .expect("spawn setpriv");

@@ -37,7 +37,7 @@ use shaper::{
     rate::Rate,
 };
 use shaper_tests::{
-    skip::{Need, require},
+    skip::require,
     topo::shaper_bin,
     vs_cake::{self, OMIT, PING_EVERY, Verdict, report, twice, verdict},
 };
@@ -292,13 +292,7 @@ fn ecn_marks(tb: &Testbed, r: Rate) -> Verdict {
 
 #[test]
 fn the_fair_pacer_holds_against_cake() {
-    if !require(&[
-        Need::Root,
-        Need::Sch("fq"),
-        Need::Sch("cake"),
-        Need::Sch("netem"),
-        Need::Tool("iperf3", "--version"),
-    ]) {
+    if !require(vs_cake::NEEDS) {
         return;
     }
     let tb = vs_cake::testbed(TestbedOptions::default());

@@ -28,7 +28,7 @@ use shaper::{
     rate::Rate,
 };
 use shaper_tests::{
-    skip::{Need, require},
+    skip::require,
     topo::shaper_bin,
     vs_cake::{self, OMIT, PING_EVERY, Verdict, report, twice, verdict},
 };
@@ -125,13 +125,7 @@ fn at_rtt(tb: &Testbed, rtt: Duration) -> Verdict {
 
 #[test]
 fn police_and_ifb_keep_goodput_and_latency_at_20_and_80_ms() {
-    if !require(&[
-        Need::Root,
-        Need::Sch("fq"),
-        Need::Sch("cake"),
-        Need::Sch("netem"),
-        Need::Tool("iperf3", "--version"),
-    ]) {
+    if !require(vs_cake::NEEDS) {
         return;
     }
     let tb = vs_cake::testbed(TestbedOptions {

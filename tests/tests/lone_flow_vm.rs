@@ -38,7 +38,7 @@ use shaper::{
     rate::Rate,
 };
 use shaper_tests::{
-    skip::{Need, require},
+    skip::require,
     topo::shaper_bin,
     vs_cake::{self, OMIT, Verdict, report, twice, verdict},
 };
@@ -136,13 +136,7 @@ fn many_flows(tb: &Testbed, case: &Case, r: Rate) -> Verdict {
 
 #[test]
 fn lone_flows_get_the_rate_and_many_flows_keep_to_it() {
-    if !require(&[
-        Need::Root,
-        Need::Sch("fq"),
-        Need::Sch("cake"),
-        Need::Sch("netem"),
-        Need::Tool("iperf3", "--version"),
-    ]) {
+    if !require(vs_cake::NEEDS) {
         return;
     }
     let tb = vs_cake::testbed(TestbedOptions::default());

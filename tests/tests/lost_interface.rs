@@ -40,14 +40,7 @@ fn a_deleted_interface_ends_the_run_and_leaves_no_state() {
         "the IFB is there while shaping"
     );
     pair.left.sh("ip link del left0");
-    let (exit, took) = run
-        .wait_exit(Duration::from_secs(30))
-        .expect("the run ends by itself after its interface is deleted");
-    let out = exit.text();
-    eprintln!("noticed and exited {took:?} after the delete");
-    assert_eq!(exit.code(), Some(1), "{out}");
-    assert!(out.contains("left0 was deleted while shaped"), "{out}");
-    assert!(took <= NOTICE_WITHIN, "took {took:?}: {out}");
+    let out = ends_noticing(&mut run, "the delete", "left0 was deleted while shaped");
     assert!(
         !pair.left.sh("ip -o link show").contains("ifb4left0"),
         "the IFB is left behind: {out}"
@@ -78,14 +71,7 @@ fn a_replaced_root_qdisc_is_left_alone_and_ends_the_run() {
     let mut run = ShaperProc::start(Some(&pair.left), "left0", &["--rate", "20mbit"]);
     pair.left
         .sh("tc qdisc replace dev left0 root handle 1: htb default 1");
-    let (exit, took) = run
-        .wait_exit(Duration::from_secs(30))
-        .expect("the run ends by itself after its root is replaced");
-    let out = exit.text();
-    eprintln!("noticed and exited {took:?} after the replace");
-    assert_eq!(exit.code(), Some(1), "{out}");
-    assert!(out.contains("was replaced by htb 1:"), "{out}");
-    assert!(took <= NOTICE_WITHIN, "took {took:?}: {out}");
+    let out = ends_noticing(&mut run, "the replace", "was replaced by htb 1:");
     let root = pair.left.sh("tc qdisc show dev left0 root");
     assert!(
         root.starts_with("qdisc htb 1: root"),
@@ -100,4 +86,18 @@ fn a_replaced_root_qdisc_is_left_alone_and_ends_the_run() {
         !filters.contains("shaper"),
         "the classifier is left on clsact: {filters}"
     );
+}
+
+/// Waits for `run` to end by itself after `change`: exit 1 within
+/// [`NOTICE_WITHIN`], saying `message`. Returns its output.
+fn ends_noticing(run: &mut ShaperProc<'_>, change: &str, message: &str) -> String {
+    let (exit, took) = run
+        .wait_exit(Duration::from_secs(30))
+        .unwrap_or_else(|| panic!("the run did not end by itself after {change}"));
+    let out = exit.text();
+    eprintln!("noticed and exited {took:?} after {change}");
+    assert_eq!(exit.code(), Some(1), "{out}");
+    assert!(out.contains(message), "{out}");
+    assert!(took <= NOTICE_WITHIN, "took {took:?}: {out}");
+    out
 }

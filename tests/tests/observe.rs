@@ -335,14 +335,7 @@ fn bad_input_exits_2_and_attaches_nothing() {
     // Without privileges: setpriv drops to nobody with no capabilities.
     let out = pair
         .left
-        .command("setpriv")
-        .args([
-            "--reuid=65534",
-            "--regid=65534",
-            "--clear-groups",
-            "--inh-caps=-all",
-        ])
-        .arg(shaper_tests::topo::shaper_bin())
+        .unprivileged_shaper()
         .args(["observe", "--iface", "left0", "--duration", "1s"])
         .output()
         .expect("setpriv");

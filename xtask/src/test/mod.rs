@@ -120,6 +120,14 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
         );
     }
     let run_started = Instant::now();
+    let end = |stages: &[StageReport]| {
+        report::finish(
+            root,
+            stages,
+            run_started.elapsed().as_secs_f64(),
+            budget(args),
+        )
+    };
     let mut stages: Vec<StageReport> = Vec::new();
     let mut stage = |name: &str, f: &mut dyn FnMut() -> Result<(bool, Vec<TestRecord>)>| {
         eprintln!("\n==== xtask test: {name}");
@@ -154,12 +162,7 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
         Ok((true, Vec::new()))
     });
     if !setup_ok {
-        report::finish(
-            root,
-            &stages,
-            run_started.elapsed().as_secs_f64(),
-            budget(args),
-        )?;
+        end(&stages)?;
         return Ok(1);
     }
 
@@ -215,12 +218,7 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
         Ok((true, Vec::new()))
     });
     let Some((shaper_bin, listed)) = built else {
-        report::finish(
-            root,
-            &stages,
-            run_started.elapsed().as_secs_f64(),
-            budget(args),
-        )?;
+        end(&stages)?;
         return Ok(1);
     };
     let matches = |test: &str| {
@@ -308,12 +306,7 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
         }
     }
 
-    let ok = report::finish(
-        root,
-        &stages,
-        run_started.elapsed().as_secs_f64(),
-        budget(args),
-    )?;
+    let ok = end(&stages)?;
     Ok(if ok { 0 } else { 1 })
 }
 

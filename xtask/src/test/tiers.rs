@@ -32,8 +32,8 @@ pub enum Pick {
 #[derive(Debug, Clone, Copy)]
 pub struct Tier {
     pub name: &'static str,
-    /// `None`: every binary and test.
-    picks: Option<&'static [(&'static str, Pick)]>,
+    /// `None`: every binary and test; else the union of these lists.
+    picks: Option<&'static [&'static [(&'static str, Pick)]]>,
 }
 
 /// Binaries that run on the host kernel only: what they check does not
@@ -43,22 +43,19 @@ pub struct Tier {
 /// emulation they cost minutes.
 pub const HOST_ONLY: &[&str] = &["cli_bad_input", "metrics_endpoint"];
 
-const PROG_TEST_RUN: [(&str, Pick); 5] = [
+/// What both subsets run: the `BPF_PROG_TEST_RUN` suites, the hook's
+/// attach and counters, and restore.
+const SHARED: &[(&str, Pick)] = &[
     ("prog_test_run", Pick::All),
     ("prog_test_run_fair", Pick::All),
     ("prog_test_run_pacing", Pick::All),
     ("prog_test_run_police", Pick::All),
     ("prog_test_run_telemetry", Pick::All),
+    ("netns_counters", Pick::All),
+    ("tc_restore", Pick::All),
 ];
 
 const INTERFACE: &[(&str, Pick)] = &[
-    PROG_TEST_RUN[0],
-    PROG_TEST_RUN[1],
-    PROG_TEST_RUN[2],
-    PROG_TEST_RUN[3],
-    PROG_TEST_RUN[4],
-    ("netns_counters", Pick::All),
-    ("tc_restore", Pick::All),
     ("trace_vm", Pick::All),
     ("observe", Pick::All),
     (
@@ -82,13 +79,6 @@ const INTERFACE: &[(&str, Pick)] = &[
 ];
 
 const COMPAT: &[(&str, Pick)] = &[
-    PROG_TEST_RUN[0],
-    PROG_TEST_RUN[1],
-    PROG_TEST_RUN[2],
-    PROG_TEST_RUN[3],
-    PROG_TEST_RUN[4],
-    ("netns_counters", Pick::All),
-    ("tc_restore", Pick::All),
     ("ingress_police", Pick::All),
     (
         "shaping",
@@ -105,11 +95,11 @@ pub const MAIN: Tier = Tier {
 };
 pub const KERNEL_INTERFACE: Tier = Tier {
     name: "kernel interface",
-    picks: Some(INTERFACE),
+    picks: Some(&[SHARED, INTERFACE]),
 };
 pub const COMPATIBILITY: Tier = Tier {
     name: "compatibility",
-    picks: Some(COMPAT),
+    picks: Some(&[SHARED, COMPAT]),
 };
 
 impl Tier {
@@ -121,7 +111,7 @@ impl Tier {
         let Some(picks) = self.picks else {
             return true;
         };
-        picks.iter().any(|(b, pick)| {
+        picks.iter().copied().flatten().any(|(b, pick)| {
             *b == binary
                 && match pick {
                     Pick::All => true,
@@ -136,7 +126,7 @@ impl Tier {
         let Some(picks) = self.picks else {
             return Ok(());
         };
-        for (binary, pick) in picks {
+        for (binary, pick) in picks.iter().copied().flatten() {
             let Some((_, tests)) = available.iter().find(|(b, _)| b == binary) else {
                 bail!(
                     "the {} tier names the test binary {binary}, which the build has not: \
