@@ -12,6 +12,8 @@
 //! - [`many_flows`]: `n` TCP uploads, no ping; split over both clients
 //!   above 128 (iperf3's most streams per client).
 //!
+//! Flows that start and stop at set times are [`timed_cases`](super::timed_cases).
+//!
 //! Figures: [`first_ratio`] (the first flow spec's goodput over the rate)
 //! and [`wire_ratio`] (what left the WAN port, from the root qdisc's bytes
 //! read during the run). Units: ratios of the configured rate.
@@ -57,12 +59,12 @@ impl Case {
     }
 }
 
-fn rate_of(s: &str) -> Rate {
+pub(super) fn rate_of(s: &str) -> Rate {
     // Constant strings of this module, each a valid rate.
     s.parse().unwrap_or(Rate::MIN)
 }
 
-fn shaper(bin: &Path, rate: Rate, extra: &[&str]) -> State {
+pub(super) fn shaper(bin: &Path, rate: Rate, extra: &[&str]) -> State {
     State::Shaper {
         bin: bin.to_path_buf(),
         rate,

@@ -6,7 +6,8 @@
 //! benchmarks, and the `shaper lab` command. All of them drive the same
 //! real tools the way an operator would (`ip`, `tc`, `sysctl`, `iperf3`,
 //! `ping` and the `shaper` binary itself), so what the lab measures is what a
-//! router would do.
+//! router would do. The one exception is [`timed`]: plain TCP sockets of
+//! the lab's own, for flows whose start and stop must line up on one clock.
 //!
 //! Layout, in the order a run uses it:
 //! - [`topology`]: the namespaces, veths, addresses, routes and netem delays
@@ -14,12 +15,16 @@
 //! - [`state`]: what shapes the router's WAN egress ([`State`]), applied and
 //!   torn down ([`AppliedState`]).
 //! - [`traffic`]: iperf3 servers and clients with parsed `-J` reports.
+//! - [`timed`]: TCP flows that start and stop at set times, and short
+//!   transfers, counted on one clock (what iperf3 cannot line up).
 //! - [`ping`]: RTT samples under load.
 //! - [`cpu`]: whole-machine CPU time from /proc/stat over a run.
 //! - [`stats`]: percentiles, mean, Jain's fairness index.
-//! - [`scenario`]: one run of all of the above, returning a [`RunResult`].
+//! - [`scenario`]: one run of all of the above, returning a [`RunResult`]
+//!   (or timed plans under one state, each a [`TimedRun`]).
 //! - [`cases`]: named traffic cases under CAKE and the shaper, which the
-//!   VM tests and the benchmark share.
+//!   VM tests and the benchmark share; [`timed_cases`] the same for flows
+//!   that come and go.
 //! - [`cli`], [`run`], [`report`], [`plot`]: the `shaper lab` command (one
 //!   method per state, the JSON, the Markdown tables, the SVG plots).
 //!
@@ -51,6 +56,8 @@ pub mod run;
 pub mod scenario;
 pub mod state;
 pub mod stats;
+pub mod timed;
+pub mod timed_cases;
 pub mod topology;
 pub mod traffic;
 
@@ -58,7 +65,10 @@ mod exec;
 
 pub use cpu::{CpuTimes, CpuUsage};
 pub use ping::Ping;
-pub use scenario::{FlowResult, Phases, RateChange, RunResult, Scenario, run_scenario};
+pub use scenario::{
+    FlowResult, Phases, PingWindow, RateChange, RunResult, Scenario, TimedRun, TimedScenario,
+    run_scenario, run_timed_scenarios,
+};
 pub use state::{AppliedState, QdiscStats, State};
 pub use topology::{Host, Netns, Testbed, TestbedOptions, WanLink};
 pub use traffic::{FlowSpec, Interval, IperfReport, Timing};

@@ -27,6 +27,7 @@ use super::{
     ping::Ping,
     state::{QdiscStats, State},
     stats::{self, Percentiles},
+    timed::{self, TimedPlan, TimedResult},
     topology::{Host, Testbed},
     traffic::{FlowSpec, IperfClient, IperfReport, IperfServer, Timing},
 };
@@ -136,7 +137,9 @@ pub struct RunResult {
     /// state (what left the router, whatever shaped it).
     pub qdisc_series: Vec<(f64, QdiscStats)>,
     /// When the rate change was issued and when its command returned, after
-    /// the clients started.
+    /// the clients were spawned (iperf3's intervals count from its own
+    /// start, which comes later by the process start and the connection
+    /// set-up).
     pub rate_changed_at: Option<(Duration, Duration)>,
     /// Wall time of each phase.
     pub phases: Phases,
@@ -334,4 +337,113 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
     };
     info!("{}", result.summary());
     Ok(result)
+}
+
+/// A ping beside a timed plan: from `from`, every `interval`, over
+/// `[start, stop)` of the plan's clock (from its start as spawned: ping's
+/// own start comes a moment later).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PingWindow {
+    /// The pinging host.
+    pub from: Host,
+    /// Time between echo requests.
+    pub interval: Duration,
+    /// When it starts, after the plan's start.
+    pub start: Duration,
+    /// When it stops.
+    pub stop: Duration,
+}
+
+/// What a timed run measured.
+#[derive(Debug)]
+pub struct TimedRun {
+    /// The state's name, e.g. `cake 50Mbit`.
+    pub state: String,
+    /// The receiver's bins and the short transfers.
+    pub timed: TimedResult,
+    /// RTT samples in ms (empty without ping).
+    pub ping_ms: Vec<f64>,
+    /// The shaper's counters after the plan (as [`RunResult::counters`]:
+    /// since the state was applied).
+    pub counters: Result<BTreeMap<String, u64>, LabError>,
+    /// When the rate change was issued and when it returned, on the plan's
+    /// clock.
+    pub rate_changed_at: Option<(Duration, Duration)>,
+}
+
+impl TimedRun {
+    /// The RTT percentiles, if there were samples.
+    pub fn ping(&self) -> Option<Percentiles> {
+        Percentiles::of(&self.ping_ms)
+    }
+}
+
+/// One timed plan with what runs beside it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TimedScenario {
+    /// The flows.
+    pub plan: TimedPlan,
+    /// A ping beside them, if any.
+    pub ping: Option<PingWindow>,
+    /// A live rate change, on the plan's clock, if any.
+    pub rate_change: Option<RateChange>,
+}
+
+/// Runs each scenario in turn under `state` on `tb`, applied once for all
+/// of them, and tears the state down after the last.
+pub fn run_timed_scenarios(
+    tb: &Testbed,
+    state: &State,
+    scenarios: &[TimedScenario],
+) -> Result<Vec<TimedRun>, LabError> {
+    let mut applied = state.apply(tb)?;
+    let mut runs = Vec::with_capacity(scenarios.len());
+    for sc in scenarios {
+        let t0 = Instant::now() + timed::LEAD;
+        let ping = sc.ping.map(|p| {
+            Ping::spawn(
+                tb,
+                p.from,
+                Host::Server.addr(),
+                p.interval,
+                (t0 + p.start).saturating_duration_since(Instant::now()),
+                p.stop.saturating_sub(p.start),
+            )
+        });
+        let (timed, rate_changed_at) = std::thread::scope(|scope| {
+            let traffic = scope.spawn(|| timed::run_timed(tb, &sc.plan, t0));
+            let mut changed = None;
+            if let Some(c) = sc.rate_change {
+                sleep((t0 + c.after).saturating_duration_since(Instant::now()));
+                let issued = t0.elapsed();
+                let r = applied.set_rate(c.rate);
+                changed = Some(r.map(|()| (issued, t0.elapsed())));
+            }
+            let timed = traffic.join().map_err(|_| LabError::Invalid {
+                detail: "the timed traffic thread panicked".to_owned(),
+            });
+            (timed, changed.transpose())
+        });
+        let (timed, rate_changed_at) = (timed??, rate_changed_at?);
+        let ping_ms = match ping {
+            Some(p) => p.wait()?,
+            None => Vec::new(),
+        };
+        let run = TimedRun {
+            state: applied.state().name(),
+            timed,
+            ping_ms,
+            counters: applied.counters(),
+            rate_changed_at,
+        };
+        info!(
+            "{}: {} bulk flow(s), {} short transfer(s)",
+            run.state,
+            run.timed.bins.len(),
+            run.timed.transfers.len()
+        );
+        runs.push(run);
+    }
+    applied.stop()?;
+    Ok(runs)
 }
