@@ -15,7 +15,8 @@
 //! - a UDP flood at twice the rate beside one TCP flow: TCP keeps
 //!   [`FLOOD_TCP_SHARE`] of the rate. An aggregate FIFO leaves it a few
 //!   percent;
-//! - a live rate change from 50 to 20 Mbit/s takes effect within a second;
+//! - a live rate change from 50 to 20 Mbit/s takes effect within a second,
+//!   and before it the goodput is near CAKE's before the same change;
 //! - with ECN negotiated, the AQM marks instead of dropping.
 //!
 //! CAKE runs at the same rate, on the same traffic, in the same round, and
@@ -33,7 +34,11 @@
 use std::time::Duration;
 
 use shaper::{
-    lab::{FlowSpec, Host, RunResult, Scenario, State, Testbed, TestbedOptions, Timing, stats},
+    lab::{
+        FlowSpec, Host, RateChange, RunResult, Scenario, State, Testbed, TestbedOptions,
+        TimedScenario, run_timed_scenarios,
+        timed::{BulkFlow, TimedPlan},
+    },
     rate::Rate,
 };
 use shaper_tests::{
@@ -56,17 +61,20 @@ const FLOOD_TCP_SHARE: f64 = 0.4;
 /// The ECN case's AQM and horizon drops may each be at most this fraction
 /// of its CE marks.
 const DROPS_PER_MARK: u64 = 10;
-/// The rate change: issued this long after the clients start (`set-rate`
-/// itself takes 1 to 3 s under emulation), in a run of
-/// [`CHANGE_RUN`] with no warm-up omitted, so full intervals remain after
-/// the second of grace.
+/// The rate change: issued this long after the flows start, on the
+/// receiver's clock (`shaper::lab::timed`), in a run of [`CHANGE_RUN`];
+/// `set-rate` itself takes 1 to 3 s under emulation, so whole seconds
+/// remain after the second of grace.
 const CHANGE_AT: Duration = Duration::from_secs(3);
-const CHANGE_RUN: Duration = Duration::from_secs(10);
+const CHANGE_RUN: Duration = Duration::from_secs(9);
+/// The flows of the rate change.
+const CHANGE_FLOWS: usize = 4;
 /// After the change every full interval stays at or below this multiple of
 /// the new rate.
 const CHANGED_BOUND: f64 = 1.05;
 /// Before the change the goodput is at least this share of the old rate, or
-/// of CAKE's goodput at that rate (a CPU-starved VM keeps both below it).
+/// of CAKE's goodput before the same change in the same round (a
+/// CPU-starved VM keeps both below the rate).
 const BEFORE_OF_RATE: f64 = 0.85;
 const BEFORE_OF_CAKE: f64 = 0.95;
 /// The largest frame with GSO off: an MTU-sized packet with its Ethernet
@@ -127,9 +135,8 @@ fn set_gso(tb: &Testbed, on: bool) {
 }
 
 /// 4 TCP flows at `r` under CAKE and the shaper, with ping beside them when
-/// `ping`; judged on goodput and, with ping, on latency. `cake_bps` gets
-/// CAKE's goodput of the last round.
-fn goodput(tb: &Testbed, r: Rate, gso: bool, ping: bool, cake_bps: &mut f64) -> Verdict {
+/// `ping`; judged on goodput and, with ping, on latency.
+fn goodput(tb: &Testbed, r: Rate, gso: bool, ping: bool) -> Verdict {
     let name = format!(
         "{r}, 4 flows, GSO {}{}",
         if gso { "on" } else { "off" },
@@ -138,7 +145,6 @@ fn goodput(tb: &Testbed, r: Rate, gso: bool, ping: bool, cake_bps: &mut f64) -> 
     eprintln!("{name}:");
     twice(|| {
         let (cake, ours) = cake_then_shaper(tb, r, &[FlowSpec::tcp(Host::Client, 4)], ping);
-        *cake_bps = cake.total_bps;
         if !gso {
             // The testbed's own check: GSO off means MTU-sized packets at
             // the router's egress (the shaper counts skbs as they come).
@@ -193,52 +199,99 @@ fn beside_a_flood(tb: &Testbed, r: Rate) -> Verdict {
     })
 }
 
-/// A live change from `from` to `to` under the shaper; `cake_bps` is CAKE's
-/// goodput of the same flows at `from` on this testbed.
-fn live_rate_change(tb: &Testbed, from: Rate, to: Rate, cake_bps: f64) -> Verdict {
-    eprintln!("live rate change {from} → {to} after {CHANGE_AT:?}:");
-    let r = vs_cake::run(
-        tb,
-        &Scenario::new(
-            shaper(from),
-            vec![FlowSpec::tcp(Host::Client, 4)],
-            Timing::new(CHANGE_RUN, Duration::ZERO),
-        )
-        .with_rate_change(CHANGE_AT, to),
+/// Goodput before a live change, and each whole second after it, of one
+/// run.
+struct Changed {
+    before_bps: f64,
+    issued_s: f64,
+    done_s: f64,
+    after: Vec<(String, f64)>,
+}
+
+/// One run of `state` with [`CHANGE_FLOWS`] TCP flows and its rate
+/// changed to `to` at [`CHANGE_AT`].
+fn changed_run(tb: &Testbed, state: State, to: Rate) -> Changed {
+    let flow = BulkFlow {
+        from: Host::Client,
+        udp: None,
+        start: Duration::ZERO,
+        stop: CHANGE_RUN,
+    };
+    let scenario = TimedScenario {
+        plan: TimedPlan {
+            bulk: vec![flow; CHANGE_FLOWS],
+            short: None,
+        },
+        ping: None,
+        rate_change: Some(RateChange {
+            after: CHANGE_AT,
+            rate: to,
+        }),
+    };
+    let name = state.name();
+    let mut runs = run_timed_scenarios(tb, &state, std::slice::from_ref(&scenario))
+        .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    let run = runs.pop().expect("one run");
+    let (at, done) = run.rate_changed_at.expect("the rate was changed");
+    let secs = Duration::from_secs;
+    // After: whole seconds from a second after the change returned.
+    let first = (done + secs(1)).as_secs_f64().ceil() as u64;
+    let after = (first..CHANGE_RUN.as_secs())
+        .map(|t| {
+            let bps = run.timed.total_bps(secs(t), secs(t + 1));
+            (format!("{t}–{} s {:.2}", t + 1, bps / 1e6), bps)
+        })
+        .collect();
+    eprintln!(
+        "    {name}: rate changed at {:.2} s, in effect at {:.2} s",
+        at.as_secs_f64(),
+        done.as_secs_f64()
     );
-    let (at, done) = r.rate_changed_at.expect("the rate was changed");
-    let (at, done) = (at.as_secs_f64(), done.as_secs_f64());
-    let series = &r.flows[0].report.intervals;
-    // Before: from 1 s on (after slow start) until the change was issued.
-    let before: Vec<f64> = series
-        .iter()
-        .filter(|i| i.start >= 1.0 && i.end <= at)
-        .map(|i| i.bps)
-        .collect();
-    let before = stats::mean(&before).expect("intervals before the change");
-    // After: full intervals from a second after set-rate returned.
-    let after: Vec<String> = series
-        .iter()
-        .filter(|i| i.start >= done + 1.0 && i.end - i.start >= 0.5)
-        .map(|i| format!("{:.1}–{:.1} s {:.2}", i.start, i.end, i.bps / 1e6))
-        .collect();
-    let above = series
-        .iter()
-        .filter(|i| i.start >= done + 1.0 && i.end - i.start >= 0.5)
-        .any(|i| i.bps > CHANGED_BOUND * to.bits_per_s() as f64);
-    let near = (BEFORE_OF_RATE * from.bits_per_s() as f64).min(BEFORE_OF_CAKE * cake_bps);
-    verdict(
-        before >= near && !after.is_empty() && !above,
-        format!(
-            "rate change {from} → {to}: before {:.2} Mbit/s (needs ≥ {:.2}; cake at {from} \
-             {:.2}); issued at {at:.2} s, in effect at {done:.2} s; after, Mbit/s (needs ≤ \
-             {CHANGED_BOUND} × {to}): [{}]",
-            before / 1e6,
-            near / 1e6,
-            cake_bps / 1e6,
-            after.join(", ")
-        ),
-    )
+    Changed {
+        // Before: from 1 s on (after slow start) until the change.
+        before_bps: run.timed.total_bps(secs(1), at),
+        issued_s: at.as_secs_f64(),
+        done_s: done.as_secs_f64(),
+        after,
+    }
+}
+
+/// A live change from `from` to `to`, under CAKE and then under the shaper
+/// in the same round: before it the shaper's goodput is near CAKE's, and
+/// after it no full interval exceeds the new rate.
+fn live_rate_change(tb: &Testbed, from: Rate, to: Rate) -> Verdict {
+    let name = format!("rate change {from} → {to} after {CHANGE_AT:?}");
+    eprintln!("{name}:");
+    twice(|| {
+        let cake = changed_run(tb, State::Cake { rate: from }, to);
+        let ours = changed_run(tb, shaper(from), to);
+        let bound = CHANGED_BOUND * to.bits_per_s() as f64;
+        let above = ours.after.iter().any(|(_, bps)| *bps > bound);
+        let near =
+            (BEFORE_OF_RATE * from.bits_per_s() as f64).min(BEFORE_OF_CAKE * cake.before_bps);
+        let list = |c: &Changed| {
+            c.after
+                .iter()
+                .map(|(s, _)| s.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        verdict(
+            ours.before_bps >= near && !ours.after.is_empty() && !above,
+            format!(
+                "{name}: before, shaper {:.2} Mbit/s, cake {:.2} (needs ≥ {:.2}); shaper issued \
+                 at {:.2} s, in effect at {:.2} s; after, Mbit/s (needs ≤ {CHANGED_BOUND} × \
+                 {to}): shaper [{}], cake [{}]",
+                ours.before_bps / 1e6,
+                cake.before_bps / 1e6,
+                near / 1e6,
+                ours.issued_s,
+                ours.done_s,
+                list(&ours),
+                list(&cake),
+            ),
+        )
+    })
 }
 
 /// With ECN negotiated, 4 flows under the shaper: CE marks, few drops.
@@ -297,19 +350,17 @@ fn the_fair_pacer_holds_against_cake() {
     }
     let tb = vs_cake::testbed(TestbedOptions::default());
     let (r20, r50, r200) = (rate("20mbit"), rate("50mbit"), rate("200mbit"));
-    let mut cake_50 = 0.0;
-    let mut ignored = 0.0;
     let mut results = vec![
-        goodput(&tb, r50, true, true, &mut cake_50),
-        goodput(&tb, r200, true, false, &mut ignored),
+        goodput(&tb, r50, true, true),
+        goodput(&tb, r200, true, false),
         beside_a_flood(&tb, r50),
-        live_rate_change(&tb, r50, r20, cake_50),
+        live_rate_change(&tb, r50, r20),
         ecn_marks(&tb, r50),
     ];
     // Without GSO, 200 Mbit/s is more packets than the emulated guest
     // forwards: both states are then CPU-bound and the ratio measures TCG,
     // not the pacer.
     set_gso(&tb, false);
-    results.push(goodput(&tb, r50, false, true, &mut ignored));
+    results.push(goodput(&tb, r50, false, true));
     report(&results);
 }
