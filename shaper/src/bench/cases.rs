@@ -7,7 +7,8 @@
 //! `bulk_beside_sparse.<shaper|cake>` with `goodput_ratio` (the first flow
 //! spec's), and `many_flows.<n>.<shaper|cake>` with `goodput_ratio` (all
 //! flows) and `wire_rate_ratio` (the WAN root qdisc's bytes over the
-//! measured time).
+//! measured time); `unequal.<case>.<shaper|cake>` with `goodput_ratio`
+//! (all flows) and `jain` (Jain's index over the two clients, median).
 //!
 //! Units: ratios of the configured rate; loss in percent.
 //!
@@ -45,7 +46,8 @@ pub struct Spread {
 }
 
 impl Spread {
-    fn of(runs: Vec<f64>) -> Self {
+    /// The median, min and max of `runs`.
+    pub fn of(runs: Vec<f64>) -> Self {
         let min = runs.iter().copied().fold(f64::INFINITY, f64::min);
         let max = runs.iter().copied().fold(f64::NEG_INFINITY, f64::max);
         Self {
@@ -70,6 +72,8 @@ pub struct CaseState {
     /// The second flow spec's UDP loss, percent, worst run (the sparse
     /// flows of `bulk_beside_sparse`).
     pub sparse_loss_pct_max: Option<f64>,
+    /// Jain's index over the flow specs, median (the unequal cases).
+    pub jain: Option<f64>,
 }
 
 /// Both states of one case.
@@ -92,6 +96,8 @@ pub struct CasesReport {
     pub bulk_beside_sparse: CasePair,
     /// By flow count.
     pub many_flows: BTreeMap<String, CasePair>,
+    /// Unequal flows from the two clients, by case.
+    pub unequal: BTreeMap<String, CasePair>,
 }
 
 fn state_of(runs: &[RunResult], rate: Rate, omit: Duration, all_flows: bool) -> CaseState {
@@ -117,11 +123,17 @@ fn state_of(runs: &[RunResult], rate: Rate, omit: Duration, all_flows: bool) -> 
         .iter()
         .filter_map(|r| r.flows.get(1).map(|f| f.report.lost_percent))
         .collect();
+    let jains: Vec<f64> = runs
+        .iter()
+        .filter(|_| all_flows)
+        .filter_map(RunResult::jain)
+        .collect();
     CaseState {
         goodput_ratio: goodput.median,
         goodput,
         wire_rate_ratio: (!wires.is_empty()).then(|| Spread::of(wires).median),
         sparse_loss_pct_max: losses.into_iter().reduce(f64::max),
+        jain: (jains.len() == runs.len() && !jains.is_empty()).then(|| Spread::of(jains).median),
     }
 }
 
@@ -176,11 +188,25 @@ pub fn run(
         let case = cases::many_flows(bin, rate, n);
         many_flows.insert(n.to_string(), pair(tb, &case, timing, reps, rate, true)?);
     }
+    let mut unequal = BTreeMap::new();
+    let rtt_tb = Testbed::new(cases::unequal_rtt_testbed())?;
+    for case in cases::unequal(bin, rate) {
+        let on = if case.name == "unequal_rtt" {
+            &rtt_tb
+        } else {
+            tb
+        };
+        unequal.insert(
+            case.name.clone(),
+            pair(on, &case, timing, reps, rate, true)?,
+        );
+    }
     Ok(CasesReport {
         case_reps: reps,
         lone_flow,
         bulk_beside_sparse,
         many_flows,
+        unequal,
     })
 }
 
@@ -197,8 +223,12 @@ pub fn table(report: &serde_json::Value) -> String {
             .get("wire_rate_ratio")
             .and_then(Value::as_f64)
             .map_or(String::new(), |w| format!(", wire {w:.3}"));
+        let jain = st
+            .get("jain")
+            .and_then(Value::as_f64)
+            .map_or(String::new(), |j| format!(", Jain {j:.3}"));
         format!(
-            "{:.3} [{:.3}-{:.3}]{wire}",
+            "{:.3} [{:.3}-{:.3}]{wire}{jain}",
             g("/goodput_ratio"),
             g("/goodput/min"),
             g("/goodput/max")
@@ -212,7 +242,7 @@ pub fn table(report: &serde_json::Value) -> String {
             fmt(&p["cake"])
         ));
     };
-    for group in ["lone_flow", "many_flows"] {
+    for group in ["lone_flow", "many_flows", "unequal"] {
         if let Some(m) = report.get(group).and_then(Value::as_object) {
             for (k, p) in m {
                 row(&format!("{group}.{k}"), p);
@@ -247,19 +277,26 @@ mod tests {
             goodput: Spread::of(vec![0.92, 0.93, 0.95]),
             wire_rate_ratio: Some(0.99),
             sparse_loss_pct_max: None,
+            jain: Some(0.98),
         };
         let p = CasePair {
             shaper: state.clone(),
             cake: state,
         };
         report.lone_flow.insert("tcp_fwd".to_owned(), p.clone());
-        report.many_flows.insert("64".to_owned(), p);
+        report.many_flows.insert("64".to_owned(), p.clone());
+        report.unequal.insert("unequal_rtt".to_owned(), p);
         let v = serde_json::to_value(&report).expect("serialises");
         assert_eq!(v["lone_flow"]["tcp_fwd"]["shaper"]["goodput_ratio"], 0.93);
         assert_eq!(v["many_flows"]["64"]["cake"]["wire_rate_ratio"], 0.99);
         let t = table(&v);
         assert!(t.contains("lone_flow.tcp_fwd"), "{t}");
-        assert!(t.contains("0.930 [0.920-0.950], wire 0.990"), "{t}");
+        assert!(
+            t.contains("0.930 [0.920-0.950], wire 0.990, Jain 0.980"),
+            "{t}"
+        );
+        assert_eq!(v["unequal"]["unequal_rtt"]["shaper"]["jain"], 0.98);
+        assert!(t.contains("unequal.unequal_rtt"), "{t}");
         // A document without cases gives the header alone.
         assert_eq!(table(&serde_json::json!({})).lines().count(), 1);
     }

@@ -24,8 +24,11 @@
 //! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress}` for
 //! the download, each with `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`,
 //! `softirq_cpu_per_mbit`; the traffic cases of [`cases`],
-//! `lone_flow.<case>`, `bulk_beside_sparse` and `many_flows.<n>`, each with
-//! `shaper` and `cake` medians), or null.
+//! `lone_flow.<case>`, `bulk_beside_sparse`, `many_flows.<n>` and
+//! `unequal.<case>` (with Jain's index), the
+//! timed cases of [`timed`], `churn`, `leave` and `join`, and with
+//! `--matrix` the cells of [`matrix`] under `matrix`, each with `shaper`
+//! and `cake` medians), or null.
 //!
 //! Non-goals: pass/fail thresholds (the tests assert; this reports), and
 //! history or comparison between runs.
@@ -33,7 +36,9 @@
 pub mod cases;
 pub mod frames;
 pub mod host;
+pub mod matrix;
 pub mod scale;
+pub mod timed;
 pub mod vm;
 
 use std::{path::PathBuf, time::Duration};
@@ -85,10 +90,17 @@ pub struct BenchArgs {
     #[arg(long)]
     pub no_ingress: bool,
     /// Lab part: repetitions of each traffic case (a lone flow on each
-    /// path, a bulk flow beside sparse flows, 64 and 256 flows), each under
-    /// CAKE and the shaper; 0 skips them.
+    /// path, a bulk flow beside sparse flows, 64 and 256 flows, unequal
+    /// flows; flows that leave, join and churn), each under CAKE and the
+    /// shaper; 0 skips them.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub case_reps: u32,
+    /// Lab part: also run the matrix of rates (20, 50, 200 Mbit/s), RTTs
+    /// (20, 80 ms), GSO on and off and 1, 2, 4 and 16 flows, each under
+    /// CAKE and the shaper, --case-reps times (a quarter of an hour or more
+    /// per repetition under emulation).
+    #[arg(long)]
+    pub matrix: bool,
     /// Run only the telemetry scale part (the host part runs it in a child
     /// process of its own, so its RSS is the controller's alone).
     #[arg(long, conflicts_with_all = ["vm_part", "merge_vm"])]
@@ -130,6 +142,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             ingress: !args.no_ingress,
             case_reps: args.case_reps,
             case_duration: Duration::from_secs(5),
+            matrix: args.matrix,
         };
         let report = vm::run(&opts).context("the lab part failed")?;
         let doc = serde_json::to_value(&report)?;
@@ -352,6 +365,12 @@ fn vm_table(vm: &Value) -> String {
     }
     if vm.get("lone_flow").is_some() {
         s.push_str(&cases::table(vm));
+    }
+    if vm.get("churn").is_some() {
+        s.push_str(&timed::table(vm));
+    }
+    if let Some(m) = vm.get("matrix").filter(|m| !m.is_null()) {
+        s.push_str(&matrix::table(m));
     }
     for w in vm
         .get("warnings")

@@ -28,13 +28,12 @@
 //! an IFB (`--ingress-mode ifb`). The baseline is the same download paced
 //! by iperf3 to the state's goodput.
 //!
-//! Traffic cases ([`super::cases`]): a lone flow on each path, a bulk flow
-//! beside sparse flows, and many flows, under CAKE and the shaper,
+//! Traffic cases ([`super::cases`], [`super::timed`]): a lone flow on each
+//! path, a bulk flow beside sparse flows, many flows, unequal flows (Jain's
+//! index), and flows that leave, join and churn, under CAKE and the shaper,
 //! repeated and reported as medians.
 //!
-//! Non-goals: repetitions of the states above, GSO-off runs. Fairness
-//! between unequal flows (different RTTs or congestion controls) is not
-//! measured here, and no test measures it either: a gap, not a choice.
+//! Non-goals: repetitions of the states above, GSO-off runs.
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration, time::Instant};
 
@@ -70,10 +69,13 @@ pub struct VmOptions {
     pub aggregate: bool,
     /// Also run the download states (ingress shaping).
     pub ingress: bool,
-    /// Repetitions of each traffic case ([`super::cases`]); 0 skips them.
+    /// Repetitions of each traffic case ([`super::cases`] and
+    /// [`super::timed`]); 0 skips them.
     pub case_reps: u32,
     /// Measured time of each traffic case's run.
     pub case_duration: Duration,
+    /// Also run the matrix ([`super::matrix`]), `case_reps` times.
+    pub matrix: bool,
 }
 
 /// One state's figures.
@@ -143,6 +145,12 @@ pub struct VmReport {
     /// The traffic cases, if run (their keys at this level).
     #[serde(flatten)]
     pub cases: Option<super::cases::CasesReport>,
+    /// The timed cases, if the traffic cases ran (their keys at this
+    /// level).
+    #[serde(flatten)]
+    pub timed: Option<super::timed::TimedReport>,
+    /// The matrix, if asked for.
+    pub matrix: Option<BTreeMap<String, super::matrix::CellPair>>,
     /// Wall time of the lab part, s.
     pub wall_s: f64,
     /// Signs that the figures are not trustworthy (e.g. a CPU-starved guest).
@@ -207,6 +215,22 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     } else {
         None
     };
+    let timed = if opts.case_reps > 0 {
+        Some(super::timed::run(
+            &tb,
+            &opts.bin,
+            opts.rate,
+            opts.case_reps,
+        )?)
+    } else {
+        None
+    };
+    let matrix = if opts.matrix {
+        let timing = Timing::new(opts.case_duration, OMIT);
+        Some(super::matrix::run(&opts.bin, timing, opts.case_reps)?)
+    } else {
+        None
+    };
     let warnings = warnings(&cake);
     for w in &warnings {
         tracing::warn!("{w}");
@@ -225,6 +249,8 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
         aggregate,
         ingress,
         cases,
+        timed,
+        matrix,
         wall_s: started.elapsed().as_secs_f64(),
         warnings,
     })

@@ -11,6 +11,10 @@
 //!   datagram a second, and the ping.
 //! - [`many_flows`]: `n` TCP uploads, no ping; split over both clients
 //!   above 128 (iperf3's most streams per client).
+//! - [`unequal`]: the two clients' flows differ, by congestion control
+//!   (cubic beside bbr) or by RTT (two streams each over 10 and 80 ms, on
+//!   a testbed of [`unequal_rtt_testbed`]). Figure: Jain's index over the
+//!   clients ([`RunResult::jain`]).
 //!
 //! Flows that start and stop at set times are [`timed_cases`](super::timed_cases).
 //!
@@ -22,7 +26,7 @@
 
 use std::{path::Path, time::Duration};
 
-use super::{FlowSpec, Host, RunResult, Scenario, State, Timing};
+use super::{FlowSpec, Host, RunResult, Scenario, State, TestbedOptions, Timing};
 use crate::rate::Rate;
 
 /// The ping beside a case: 10 packets a second.
@@ -151,6 +155,54 @@ pub fn many_flows(bin: &Path, rate: Rate, n: u32) -> Case {
     }
 }
 
+/// The extra round-trip delays of the two clients in the RTT case of
+/// [`unequal`].
+pub const SHORT_RTT: Duration = Duration::from_millis(10);
+/// See [`SHORT_RTT`].
+pub const LONG_RTT: Duration = Duration::from_millis(80);
+
+/// The testbed of `unequal_rtt`: the client over [`SHORT_RTT`], client2
+/// over [`LONG_RTT`].
+pub fn unequal_rtt_testbed() -> TestbedOptions {
+    TestbedOptions {
+        client_delay: SHORT_RTT,
+        client2_delay: LONG_RTT,
+        ..TestbedOptions::default()
+    }
+}
+
+/// Unequal flows from the two clients: `cubic_beside_bbr` (one stream
+/// each, on the default testbed) and `unequal_rtt` (two CUBIC streams
+/// each, on [`unequal_rtt_testbed`]: one CUBIC flow over 80 ms spends long
+/// stretches below its share after each congestion signal, which any
+/// work-conserving scheduler hands to the other client, so two measure the
+/// scheduler's fairness rather than one flow's recovery); no ping.
+pub fn unequal(bin: &Path, rate: Rate) -> Vec<Case> {
+    let case = |name: &str, flows: Vec<FlowSpec>| Case {
+        name: name.to_owned(),
+        cake: State::Cake { rate },
+        shaper: shaper(bin, rate, &[]),
+        flows,
+        ping: false,
+    };
+    vec![
+        case(
+            "cubic_beside_bbr",
+            vec![
+                FlowSpec::tcp(Host::Client, 1).with_cc("cubic"),
+                FlowSpec::tcp(Host::Client2, 1).with_cc("bbr"),
+            ],
+        ),
+        case(
+            "unequal_rtt",
+            vec![
+                FlowSpec::tcp(Host::Client, 2),
+                FlowSpec::tcp(Host::Client2, 2),
+            ],
+        ),
+    ]
+}
+
 /// The first flow spec's receiver goodput as a ratio of `rate`.
 pub fn first_ratio(r: &RunResult, rate: Rate) -> f64 {
     r.flows
@@ -202,5 +254,8 @@ mod tests {
         let sparse = bulk_beside_sparse(bin, rate);
         assert_eq!(sparse.flows[1].streams, SPARSE_FLOWS);
         assert_eq!(sparse.flows[1].datagram_len, Some(1000));
+        let unequal: Vec<String> = unequal(bin, rate).into_iter().map(|c| c.name).collect();
+        assert_eq!(unequal, ["cubic_beside_bbr", "unequal_rtt"]);
+        assert_eq!(unequal_rtt_testbed().client2_delay, LONG_RTT);
     }
 }
