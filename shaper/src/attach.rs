@@ -500,6 +500,13 @@ pub(crate) fn detach_classifier(
             }
             Err(e) => Err(pin_err("open the TCX link at", link_pin, e)),
         },
+        // Filters live on the clsact qdisc and go with it: an undo cut
+        // short after deleting it leaves nothing to detach.
+        Some(AttachMode::Netlink { .. } | AttachMode::Mirred { .. })
+            if present && clsact_gone(iface) =>
+        {
+            Ok(())
+        }
         Some(AttachMode::Netlink { priority, handle }) if present => {
             SchedClassifierLink::attached(iface, ty, priority, TcHandle::from(handle), None)
                 .map_err(|e| e.to_string())
@@ -535,6 +542,15 @@ pub(crate) fn detach_classifier(
         }
         _ => Ok(()),
     }
+}
+
+/// True when `iface` is there and has no clsact qdisc. A failed lookup
+/// answers false, so the step that needs clsact runs and reports it.
+fn clsact_gone(iface: &str) -> bool {
+    crate::link::link_by_name(iface)
+        .ok()
+        .and_then(|l| tc::has_clsact(l.ifindex).ok())
+        .is_some_and(|has| !has)
 }
 
 /// Removes every pin in `dir` (not the directory); missing is fine.
@@ -591,24 +607,34 @@ pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
     if let Some(ingress) = &record.ingress {
         keep(crate::ingress::detach(record, ingress, paths, present));
     }
-    if record.created_clsact && present {
+    if record.created_clsact && present && !clsact_gone(iface) {
         keep(tc::delete_clsact(record.ifindex).map_err(tc_err("removing the clsact qdisc", iface)));
     }
 
     // Root qdisc: only if it is still ours; someone may have replaced it.
     if record.replaced_root && present {
-        match tc::is_shaper_root(record.ifindex) {
-            Ok(true) => {
-                let restored = tc::Snapshot::decode(&record.snapshot)
-                    .and_then(|s| tc::restore(&s))
-                    .map_err(tc_err("restoring the saved qdiscs", iface));
-                keep(restored);
+        let snapshot =
+            tc::Snapshot::decode(&record.snapshot).map_err(tc_err("reading the record", iface));
+        let current =
+            tc::root_qdisc(record.ifindex).map_err(tc_err("reading the root qdisc", iface));
+        match (snapshot, current) {
+            (Ok(snap), Ok(current))
+                if root_is_ours(current.as_ref(), &snap, record.restoring_root) =>
+            {
+                // Said before the first step: a kill from here on leaves a
+                // root that the next undo restores again.
+                if !record.restoring_root {
+                    let mut r = record.clone();
+                    r.restoring_root = true;
+                    keep(r.store(&paths.record).map_err(AttachError::from));
+                }
+                keep(tc::restore(&snap).map_err(tc_err("restoring the saved qdiscs", iface)));
             }
-            Ok(false) => warn!(
+            (Ok(_), Ok(_)) => warn!(
                 iface,
                 "the root qdisc is no longer the shaper's; leaving it as it is"
             ),
-            Err(e) => keep(Err(tc_err("reading the root qdisc", iface)(e))),
+            (Err(e), _) | (_, Err(e)) => keep(Err(e)),
         }
     }
 
@@ -630,6 +656,26 @@ pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
         None => Ok(()),
         Some(e) => Err(e),
     }
+}
+
+/// Whether the root qdisc `current` is the shaper's to restore: its own
+/// root, or, once a restore of `snapshot` has begun, what that restore
+/// leaves part-way (the kernel's default after its first step, or the
+/// snapshot's own root kind and handle with the tree under it unfinished).
+/// Anything else another tool put there, and it is left alone.
+fn root_is_ours(current: Option<&tc::QdiscInfo>, snapshot: &tc::Snapshot, restoring: bool) -> bool {
+    let Some(current) = current else {
+        // No root at all: a device that was never up; nothing to restore.
+        return false;
+    };
+    if current.handle == tc::SHAPER_HANDLE {
+        return true;
+    }
+    restoring
+        && (current.handle == 0
+            || snapshot
+                .root()
+                .is_some_and(|r| r.handle == current.handle && r.kind() == current.kind))
 }
 
 /// Changes the rate in the pinned configuration of a running pacer, and in
@@ -672,5 +718,56 @@ pub fn open_pinned(path: &Path) -> Result<Option<Map>, AttachError> {
             Ok(None)
         }
         Err(e) => Err(pin_err("open", path, e)),
+    }
+}
+
+#[cfg(test)]
+mod root_tests {
+    use super::*;
+    use crate::tc::{Attr, QdiscInfo, Snapshot, TC_H_ROOT, TCA_KIND, TcObject};
+
+    fn snapshot_with_root(kind: &str, handle: u32) -> Snapshot {
+        Snapshot {
+            ifindex: 7,
+            qdiscs: vec![TcObject {
+                handle,
+                parent: TC_H_ROOT,
+                info: 0,
+                attrs: vec![Attr::string(TCA_KIND, kind)],
+            }],
+            classes: Vec::new(),
+            chains: Vec::new(),
+            filters: Vec::new(),
+            u32_roots: Vec::new(),
+        }
+    }
+
+    fn root(kind: &str, handle: u32) -> QdiscInfo {
+        QdiscInfo {
+            kind: kind.to_owned(),
+            handle,
+            parent: TC_H_ROOT,
+        }
+    }
+
+    #[test]
+    fn a_partly_restored_root_is_ours_only_while_a_restore_is_under_way() {
+        let snap = snapshot_with_root("htb", 0x0001_0000);
+        let shaper = root("fq", tc::SHAPER_HANDLE);
+        let htb = root("htb", 0x0001_0000);
+        let default = root("noqueue", 0);
+        let other = root("htb", 0x0002_0000);
+        // The shaper's own root is always ours.
+        assert!(root_is_ours(Some(&shaper), &snap, false));
+        // Before a restore began, anything else is another tool's.
+        for r in [&htb, &default, &other] {
+            assert!(!root_is_ours(Some(r), &snap, false), "{r}");
+        }
+        // Once begun: the restore's own steps are ours, another root is not.
+        assert!(root_is_ours(Some(&htb), &snap, true));
+        assert!(root_is_ours(Some(&default), &snap, true));
+        assert!(!root_is_ours(Some(&other), &snap, true));
+        assert!(!root_is_ours(Some(&root("tbf", 0x0001_0000)), &snap, true));
+        assert!(!root_is_ours(None, &snap, true));
     }
 }

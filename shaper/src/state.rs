@@ -283,6 +283,11 @@ pub struct Record {
     pub replaced_root: bool,
     /// `shaper::tc` snapshot of the root qdisc tree before the change.
     pub snapshot: Vec<u8>,
+    /// The restore of that tree has begun and may not have finished: the
+    /// root may be a partial copy of `snapshot`, or the kernel's default
+    /// that the restore's first step leaves, and a later undo restores it
+    /// again.
+    pub restoring_root: bool,
     /// The device's GSO sizes before the shaper lowered them
     /// ([`crate::gso`]); `None` when it did not.
     pub gso_before: Option<GsoSizes>,
@@ -304,6 +309,7 @@ impl Record {
             created_clsact: false,
             replaced_root: false,
             snapshot: Vec::new(),
+            restoring_root: false,
             gso_before: None,
             ingress: None,
         }
@@ -328,6 +334,7 @@ impl Record {
         kv("created_clsact", u8::from(self.created_clsact).to_string());
         kv("replaced_root", u8::from(self.replaced_root).to_string());
         kv("snapshot", hex(&self.snapshot));
+        kv("restoring_root", u8::from(self.restoring_root).to_string());
         if let Some(g) = self.gso_before {
             let v4 = g.ipv4_max_bytes.map_or("-".to_owned(), |v| v.to_string());
             kv("gso_before", format!("{}:{v4}", g.max_bytes));
@@ -420,6 +427,9 @@ impl Record {
             replaced_root: flag("replaced_root")?,
             snapshot: unhex(field("snapshot")?)
                 .ok_or_else(|| damaged("snapshot is not hex".into()))?,
+            // A record written before this field existed had no restore
+            // under way.
+            restoring_root: get.contains_key("restoring_root") && flag("restoring_root")?,
             gso_before,
             ingress,
         })
@@ -574,6 +584,7 @@ mod tests {
             created_clsact: true,
             replaced_root: true,
             snapshot: vec![0, 1, 0xfe, 0xff],
+            restoring_root: false,
             gso_before: Some(GsoSizes {
                 max_bytes: 65_536,
                 ipv4_max_bytes: None,
@@ -601,6 +612,27 @@ mod tests {
             let back = Record::decode(&r.encode(), Path::new("x")).expect("decodes");
             assert_eq!(back, r);
         }
+        let restoring = Record {
+            restoring_root: true,
+            ..sample()
+        };
+        let text = restoring.encode();
+        assert!(text.contains("restoring_root=1\n"), "{text}");
+        assert_eq!(
+            Record::decode(&text, Path::new("x")).expect("decodes"),
+            restoring
+        );
+        // A record from before the field: no restore under way.
+        let old: String = sample()
+            .encode()
+            .lines()
+            .filter(|l| !l.starts_with("restoring_root="))
+            .map(|l| format!("{l}\n"))
+            .collect();
+        assert_eq!(
+            Record::decode(&old, Path::new("x")).expect("decodes"),
+            sample()
+        );
         for gso_before in [
             None,
             Some(GsoSizes {
