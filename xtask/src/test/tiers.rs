@@ -10,11 +10,13 @@
 //!   the `BPF_PROG_TEST_RUN` suites, the tracer's BTF offsets, observe, the
 //!   telemetry ring buffer and a short shaping run.
 //! - **6.1**, which has no TCX: the compatibility subset: loading and
-//!   attaching through clsact, restore (after SIGKILL and cleanup too), both
+//!   attaching through clsact, restore (after SIGKILL and cleanup too, at
+//!   kill points spread over attach, steady state and restore), both
 //!   ingress paths (the policer, and the IFB through matchall + mirred) and
 //!   `BPF_PROG_TEST_RUN`. The comparisons against CAKE measure traffic, not
 //!   the kernel's interface, and are not repeated there.
-//! - **quick** (`--quick`): the 6.1 subset run on 6.12, for the edit loop.
+//! - **quick** (`--quick`): the 6.1 subset but the kill sweep, run on 6.12,
+//!   for the edit loop.
 //!
 //! Invariant: a test a tier names must exist; a renamed test fails the run
 //! instead of silently leaving the tier.
@@ -97,8 +99,17 @@ pub const KERNEL_INTERFACE: Tier = Tier {
     name: "kernel interface",
     picks: Some(&[SHARED, INTERFACE]),
 };
+/// The kill sweep: restore after SIGKILL at many points, minutes under
+/// emulation.
+const SWEEP: &[(&str, Pick)] = &[("kill_sweep", Pick::All)];
+
 pub const COMPATIBILITY: Tier = Tier {
     name: "compatibility",
+    picks: Some(&[SHARED, COMPAT, SWEEP]),
+};
+/// The compatibility tier without the kill sweep, for `--quick`.
+pub const QUICK: Tier = Tier {
+    name: "compatibility, no kill sweep",
     picks: Some(&[SHARED, COMPAT]),
 };
 
