@@ -21,8 +21,10 @@
 //!   the data and the FIN, as a page load would see it).
 //!
 //! Invariants: senders and the receiver run on threads of their own (a
-//! thread's namespace is its own); every thread ends by the plan's end plus
-//! [`IO_TIMEOUT`], and the listener is closed when the run returns.
+//! thread's namespace is its own); the receiver stops accepting once every
+//! sender is done (counting datagrams [`UDP_DRAIN`] longer) and at the
+//! plan's end plus [`TAIL_LIMIT`] at the latest; the listener is closed
+//! when the run returns.
 //!
 //! Units: bytes per bin (`u64`), times as [`Duration`] since the plan's
 //! start.
@@ -35,7 +37,11 @@ use std::{
     io::{ErrorKind, Read, Write},
     net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream, UdpSocket},
     os::fd::AsRawFd,
-    sync::mpsc,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+        mpsc,
+    },
     thread::{self, JoinHandle},
     time::{Duration, Instant},
 };
@@ -57,6 +63,14 @@ const IO_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// Bytes per write.
 const CHUNK: usize = 64 * 1024;
+
+/// The receiver stops this long after the plan's end at the latest.
+const TAIL_LIMIT: Duration = Duration::from_secs(2);
+
+/// After the senders are done, datagrams still queued on the path (a UDP
+/// flow above its share waits up to the shaper's horizon) are counted for
+/// this long.
+const UDP_DRAIN: Duration = Duration::from_millis(600);
 
 /// UDP payload bytes per datagram: a 1500-byte IPv4 packet.
 pub const UDP_PAYLOAD: usize = 1472;
@@ -187,7 +201,10 @@ pub fn run_timed(tb: &Testbed, plan: &TimedPlan, t0: Instant) -> Result<TimedRes
     let (ready_tx, ready_rx) = mpsc::channel();
     let server_ns = netns_file(tb, Host::Server)?;
     let flows = plan.bulk.len();
-    let receiver = thread::spawn(move || receive(server_ns, server, flows, t0, end, ready_tx));
+    let senders_done = Arc::new(AtomicBool::new(false));
+    let done = Arc::clone(&senders_done);
+    let receiver =
+        thread::spawn(move || receive(server_ns, server, flows, t0, end, done, ready_tx));
     ready_rx
         .recv()
         .map_err(|_| invalid("the receiver stopped before it listened"))?
@@ -222,6 +239,7 @@ pub fn run_timed(tb: &Testbed, plan: &TimedPlan, t0: Instant) -> Result<TimedRes
             Err(_) => failed = failed.or(Some("a sender panicked".to_owned())),
         }
     }
+    senders_done.store(true, Ordering::Release);
     let result = receiver
         .join()
         .map_err(|_| invalid("the receiver panicked"))?
@@ -354,6 +372,7 @@ fn receive(
     flows: usize,
     t0: Instant,
     end: Duration,
+    senders_done: Arc<AtomicBool>,
     ready: mpsc::Sender<std::io::Result<()>>,
 ) -> std::io::Result<TimedResult> {
     let listener = match enter(&ns).and_then(|()| TcpListener::bind(at)) {
@@ -376,11 +395,12 @@ fn receive(
         }
     };
     listener.set_nonblocking(true)?;
-    let deadline = t0 + end + Duration::from_secs(2);
-    let datagrams = thread::spawn(move || count_udp(udp, flows, t0, deadline));
+    let deadline = t0 + end + TAIL_LIMIT;
+    let done = Arc::clone(&senders_done);
+    let datagrams = thread::spawn(move || count_udp(udp, flows, t0, deadline, &done));
     let _ = ready.send(Ok(()));
     let mut readers = Vec::new();
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && !senders_done.load(Ordering::Acquire) {
         match listener.accept() {
             Ok((c, _)) => readers.push(thread::spawn(move || count(c, t0, deadline))),
             Err(e) if timed_out(&e) => thread::sleep(Duration::from_millis(5)),
@@ -446,6 +466,7 @@ fn count_udp(
     flows: usize,
     t0: Instant,
     deadline: Instant,
+    senders_done: &AtomicBool,
 ) -> std::io::Result<Vec<Counted>> {
     u.set_read_timeout(Some(IO_TIMEOUT))?;
     let mut counted: Vec<Counted> = (0..flows)
@@ -457,7 +478,11 @@ fn count_udp(
         })
         .collect();
     let mut buf = [0u8; UDP_PAYLOAD];
-    while Instant::now() < deadline {
+    let mut drain_until: Option<Instant> = None;
+    while Instant::now() < drain_until.unwrap_or(deadline).min(deadline) {
+        if drain_until.is_none() && senders_done.load(Ordering::Acquire) {
+            drain_until = Some(Instant::now() + UDP_DRAIN);
+        }
         let n = match u.recv(&mut buf) {
             Ok(n) => n,
             Err(e) if timed_out(&e) => continue,
