@@ -72,7 +72,8 @@ pub struct CaseState {
     /// The second flow spec's UDP loss, percent, worst run (the sparse
     /// flows of `bulk_beside_sparse`).
     pub sparse_loss_pct_max: Option<f64>,
-    /// Jain's index over the flow specs, median (the unequal cases).
+    /// Jain's index over the flow specs, median (the cases of all flows
+    /// with two specs or more: the unequal cases, 256 flows).
     pub jain: Option<f64>,
 }
 
@@ -123,9 +124,10 @@ fn state_of(runs: &[RunResult], rate: Rate, omit: Duration, all_flows: bool) -> 
         .iter()
         .filter_map(|r| r.flows.get(1).map(|f| f.report.lost_percent))
         .collect();
+    // Jain's index over the flow specs means something with two or more.
     let jains: Vec<f64> = runs
         .iter()
-        .filter(|_| all_flows)
+        .filter(|r| all_flows && r.flows.len() >= 2)
         .filter_map(RunResult::jain)
         .collect();
     CaseState {

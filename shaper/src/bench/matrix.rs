@@ -8,9 +8,14 @@
 //! e.g. `50Mbit/20ms/gso_on/1`, each with `shaper` and `cake`:
 //! `goodput_ratio` (median) and its `goodput` spread.
 //!
-//! Cost: one testbed per RTT and offload setting, and per cell two runs of
-//! the case timing per repetition: 48 cells, a quarter of an hour or more
-//! per repetition under emulation. It runs only when asked for, with
+//! Each run is measured for the case timing after a warm-up of 50 RTTs
+//! (at least the case's own): at 80 ms, slow start and its first losses
+//! last seconds, and a shorter warm-up measures them instead of the
+//! shaper.
+//!
+//! Cost: one testbed per RTT and offload setting, and per cell two runs
+//! per repetition: 48 cells, a quarter of an hour or more per repetition
+//! under emulation. It runs only when asked for, with
 //! `--case-reps` repetitions.
 //!
 //! Non-goals: pass or fail, ping (the traffic cases measure latency).
@@ -70,7 +75,14 @@ fn cell(runs: Vec<f64>) -> Cell {
     }
 }
 
-/// Runs the whole matrix with the shaper binary `bin`.
+/// The warm-up left out of each run: 50 RTTs of slow start and its first
+/// losses, and at least `least`.
+fn warm_up(rtt: Duration, least: Duration) -> Duration {
+    (rtt * 50).max(least)
+}
+
+/// Runs the whole matrix with the shaper binary `bin`, each run measured
+/// `timing.duration` after a warm-up of 50 RTTs, at least `timing.omit`.
 pub fn run(bin: &Path, timing: Timing, reps: u32) -> Result<BTreeMap<String, CellPair>, LabError> {
     let mut out = BTreeMap::new();
     for rtt in RTTS {
@@ -80,6 +92,7 @@ pub fn run(bin: &Path, timing: Timing, reps: u32) -> Result<BTreeMap<String, Cel
                 gso,
                 ..TestbedOptions::default()
             })?;
+            let timing = Timing::new(timing.duration, warm_up(rtt, timing.omit));
             for bits in RATES_BITS_PER_S {
                 let rate = Rate::from_bits_per_s(bits).ok_or_else(|| LabError::Invalid {
                     detail: format!("matrix rate {bits} bit/s out of range"),
@@ -141,6 +154,13 @@ pub fn table(matrix: &serde_json::Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn warm_up_is_fifty_rtts_or_the_least() {
+        let s = Duration::from_secs;
+        assert_eq!(warm_up(Duration::from_millis(80), s(2)), s(4));
+        assert_eq!(warm_up(Duration::from_millis(20), s(2)), s(2));
+    }
 
     #[test]
     fn keys_name_every_dimension_and_the_table_reads_them() {
