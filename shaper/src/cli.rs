@@ -120,8 +120,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
     pub ingress_rate: Option<Rate>,
     /// How to shape ingress: `police` (the AQM policer at the ingress hook:
-    /// no queue, no IFB, no sch_fq) or `ifb` (redirect to the IFB
-    /// `ifb4<IF>`, shaped by sch_fq and the fair pacer; needs sch_fq).
+    /// no queue, no IFB, no sch_fq; the least CPU, but a lone download gets
+    /// less of the rate) or `ifb` (redirect to the IFB `ifb4<IF>`, shaped by
+    /// sch_fq and the fair pacer; needs sch_fq; a lone download gets the
+    /// rate).
     #[arg(
         long,
         value_enum,
