@@ -375,19 +375,14 @@ fn receive(
     senders_done: Arc<AtomicBool>,
     ready: mpsc::Sender<std::io::Result<()>>,
 ) -> std::io::Result<TimedResult> {
-    let listener = match enter(&ns).and_then(|()| TcpListener::bind(at)) {
-        Ok(l) => l,
-        Err(e) => {
-            let kind = e.kind();
-            let _ = ready.send(Err(e));
-            return Err(kind.into());
-        }
-    };
-    let udp = match UdpSocket::bind(at).and_then(|u| {
-        set_rcvbuf_force(&u)?;
-        Ok(u)
-    }) {
-        Ok(u) => u,
+    let bound = enter(&ns).and_then(|()| {
+        let listener = TcpListener::bind(at)?;
+        let udp = UdpSocket::bind(at)?;
+        set_rcvbuf_force(&udp)?;
+        Ok((listener, udp))
+    });
+    let (listener, udp) = match bound {
+        Ok(both) => both,
         Err(e) => {
             let kind = e.kind();
             let _ = ready.send(Err(e));
