@@ -331,15 +331,8 @@ impl<'a> ShaperProc<'a> {
     /// Sends `sig`, waits for the exit and returns it with the output.
     /// Panics if the run was already stopped.
     pub fn stop(&mut self, sig: i32) -> Exit {
+        self.signal(sig);
         let mut child = self.child.take().expect("the run was already stopped");
-        // A child that already exited has not been reaped: its pid is ours.
-        if child.try_wait().ok().flatten().is_none() {
-            let pid = i32::try_from(child.id()).expect("pid fits");
-            // SAFETY: kill has no memory-safety preconditions; the pid is
-            // our unreaped child, so it names no other process.
-            let rc = unsafe { libc::kill(pid, sig) };
-            assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
-        }
         let status = child.wait().expect("wait for shaper run");
         let join = |h: Option<JoinHandle<String>>| {
             h.map(|h| h.join().unwrap_or_default()).unwrap_or_default()
@@ -348,6 +341,20 @@ impl<'a> ShaperProc<'a> {
             status,
             stdout: join(self.stdout.take()),
             stderr: join(self.stderr.take()),
+        }
+    }
+
+    /// Sends `sig` without waiting (nothing when the run already exited).
+    /// Panics if the run was already stopped.
+    pub fn signal(&mut self, sig: i32) {
+        let child = self.child.as_mut().expect("the run was already stopped");
+        // A child that already exited has not been reaped: its pid is ours.
+        if child.try_wait().ok().flatten().is_none() {
+            let pid = i32::try_from(child.id()).expect("pid fits");
+            // SAFETY: kill has no memory-safety preconditions; the pid is
+            // our unreaped child, so it names no other process.
+            let rc = unsafe { libc::kill(pid, sig) };
+            assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
         }
     }
 

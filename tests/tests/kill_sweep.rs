@@ -89,11 +89,7 @@ fn trial(pair: &Pair, kill: Kill) {
         }
         Kill::InRestore(t) => {
             let mut run = ShaperProc::start(Some(&pair.left), "left0", &ARGS);
-            let pid = i32::try_from(run.pid()).expect("pid fits");
-            // SAFETY: kill has no memory-safety preconditions; the pid is
-            // the run's unreaped child, so it names no other process.
-            let rc = unsafe { libc::kill(pid, libc::SIGTERM) };
-            assert_eq!(rc, 0, "kill: {}", std::io::Error::last_os_error());
+            run.signal(libc::SIGTERM);
             sleep(t);
             run.sigkill();
         }
