@@ -1,5 +1,6 @@
 //! The harness for the `BPF_PROG_TEST_RUN` tests of the egress classifier:
-//! loads a fresh copy of the embedded object per test, reads and writes its
+//! gives each test the embedded object as a fresh load leaves it (loaded
+//! once per process and reset between tests), reads and writes its
 //! maps, and checks that a run moved the counters by exactly what was
 //! expected (every other counter by zero).
 //!
@@ -7,7 +8,7 @@
 //! checks that with `require(&[Need::Bpf])` first (see [`crate::skip`]), and
 //! [`Harness::load`] then panics when it cannot load, with the reason.
 
-use std::{collections::BTreeMap, os::fd::AsFd};
+use std::{collections::BTreeMap, os::fd::AsFd, sync::Mutex};
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -30,7 +31,10 @@ use shaper_common::{
     rate::ScaledRate,
 };
 
-use crate::packets::{ETH_HLEN, Frame, Ipv4, Transport};
+use crate::{
+    bpf_reset::ResetPlan,
+    packets::{ETH_HLEN, Frame, Ipv4, Transport},
+};
 
 /// `TC_ACT_UNSPEC`: pass on to the next program / the qdisc.
 pub const PASS: i32 = -1;
@@ -62,8 +66,21 @@ pub fn skip_reason() -> Option<String> {
     }
 }
 
-/// A fresh copy of the classifier and its maps.
+/// The classifier and its maps, as a fresh load leaves them. Dereferences
+/// to [`Loaded`].
+///
+/// Loads are shared: dropping a harness returns its object to a
+/// per-process pool, and the next [`Harness::load_program`] of the same
+/// program takes it from there and resets every map (see
+/// [`crate::bpf_reset`]), so a test sees exactly what a new load gives
+/// without paying the verifier again (seconds under emulation).
 pub struct Harness {
+    loaded: Option<Loaded>,
+}
+
+/// One loaded object: the program under test, its typed maps, and how to
+/// reset them.
+pub struct Loaded {
     pub ebpf: Ebpf,
     pub prog: ProgramFd,
     pub config: Array<MapData, PacerConfig>,
@@ -73,6 +90,38 @@ pub struct Harness {
     pub flows: Array<MapData, FlowSet>,
     /// The ingress policer's virtual link (`SHAPER_POLICE_LINK`).
     pub police_link: Array<MapData, LinkState>,
+    program: &'static str,
+    reset: ResetPlan,
+}
+
+/// Objects no harness holds now, ready for reuse.
+static POOL: Mutex<Vec<Loaded>> = Mutex::new(Vec::new());
+
+impl std::ops::Deref for Harness {
+    type Target = Loaded;
+    fn deref(&self) -> &Loaded {
+        self.loaded
+            .as_ref()
+            .expect("a harness holds its object until dropped")
+    }
+}
+
+impl std::ops::DerefMut for Harness {
+    fn deref_mut(&mut self) -> &mut Loaded {
+        self.loaded
+            .as_mut()
+            .expect("a harness holds its object until dropped")
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Some(loaded) = self.loaded.take()
+            && let Ok(mut pool) = POOL.lock()
+        {
+            pool.push(loaded);
+        }
+    }
 }
 
 /// Counter values summed over CPUs, indexed by `Counter`.
@@ -86,8 +135,39 @@ impl Harness {
     }
 
     /// As [`Harness::load`], for the object's program `name` (the egress
-    /// classifier or the ingress policer: they share the maps).
-    pub fn load_program(name: &str) -> Self {
+    /// classifier or the ingress policer: they share the maps). Reuses a
+    /// pooled object of the same program, reset, when there is one.
+    pub fn load_program(name: &'static str) -> Self {
+        let pooled = POOL.lock().ok().and_then(|mut pool| {
+            let at = pool.iter().position(|l| l.program == name)?;
+            Some(pool.swap_remove(at))
+        });
+        let mut loaded = match pooled {
+            Some(loaded) => {
+                loaded.reset.reset();
+                loaded
+            }
+            None => Loaded::new(name),
+        };
+        loaded.init();
+        Self {
+            loaded: Some(loaded),
+        }
+    }
+
+    /// A new load of `name` that no pooled object stands in for, for the
+    /// test that compares a reset object with a fresh one.
+    pub fn load_fresh(name: &'static str) -> Self {
+        let mut loaded = Loaded::new(name);
+        loaded.init();
+        Self {
+            loaded: Some(loaded),
+        }
+    }
+}
+
+impl Loaded {
+    fn new(name: &'static str) -> Self {
         if let Some(reason) = skip_reason() {
             panic!("cannot load {name}: {reason} (a test checks require(&[Need::Bpf]) first)");
         }
@@ -113,6 +193,7 @@ impl Harness {
             .expect("dup program fd");
         shaper::attach::load_telemetry(&mut ebpf)
             .unwrap_or_else(|e| panic!("loading the telemetry program: {e}"));
+        let reset = ResetPlan::of(&ebpf);
         let take = |ebpf: &mut Ebpf, name: &str| {
             ebpf.take_map(name)
                 .unwrap_or_else(|| panic!("no map {name} in the object"))
@@ -121,9 +202,7 @@ impl Harness {
         let counters =
             PerCpuArray::try_from(take(&mut ebpf, maps::COUNTERS)).expect("counters map type");
         let agg = Array::try_from(take(&mut ebpf, maps::AGGREGATE)).expect("agg map type");
-        let mut fair = Array::try_from(take(&mut ebpf, maps::FAIR)).expect("fair map type");
-        fair.set(0, FairState::default(), 0)
-            .expect("write SHAPER_FAIR");
+        let fair = Array::try_from(take(&mut ebpf, maps::FAIR)).expect("fair map type");
         let flows = Array::try_from(take(&mut ebpf, maps::FLOWS)).expect("flows map type");
         let police_link =
             Array::try_from(take(&mut ebpf, maps::POLICE_LINK)).expect("police link map type");
@@ -136,16 +215,32 @@ impl Harness {
             fair,
             flows,
             police_link,
+            program: name,
+            reset,
         }
     }
 
-    /// The telemetry ring buffer (take it once).
+    /// What the loader writes after a load, on a new or a reset object.
+    fn init(&mut self) {
+        self.fair
+            .set(0, FairState::default(), 0)
+            .expect("write SHAPER_FAIR");
+    }
+
+    /// Every map's contents, by name (see [`ResetPlan::contents`]).
+    pub fn map_contents(&self) -> Vec<(String, Vec<u8>)> {
+        self.reset.contents()
+    }
+
+    /// The kernel's id of the config map: equal for two harnesses only when
+    /// they share one loaded object.
+    pub fn config_map_id(&self) -> u32 {
+        self.reset.map_id(maps::CONFIG)
+    }
+
+    /// A consumer of the telemetry ring buffer.
     pub fn events(&mut self) -> aya::maps::RingBuf<MapData> {
-        let map = self
-            .ebpf
-            .take_map(maps::EVENTS)
-            .expect("no map SHAPER_EVENTS in the object (taken twice?)");
-        aya::maps::RingBuf::try_from(map).expect("ring buffer map type")
+        crate::bpf_reset::ring_by_id(self.reset.map_id(maps::EVENTS))
     }
 
     /// Writes `state` into SHAPER_FAIR as the state of the epoch in
@@ -225,8 +320,8 @@ pub const EPOCH_ATTEMPTS: u32 = 10;
 /// a fair-pacer epoch boundary (8.4 ms, short under emulation), so its
 /// per-epoch checks had nothing to check. Each retry is reported through
 /// [`crate::skip::note_retry`]; after [`EPOCH_ATTEMPTS`] misses the test
-/// fails. An attempt loads its own [`Harness`], so none sees another's
-/// state.
+/// fails. Each attempt gets its own [`Harness`] as a fresh load leaves
+/// it, so none sees another's state.
 pub fn in_one_epoch<T>(mut attempt: impl FnMut() -> Option<T>) -> T {
     for n in 1..=EPOCH_ATTEMPTS {
         if let Some(v) = attempt() {

@@ -3,6 +3,7 @@
 //! under test.
 
 pub mod bpf_harness;
+pub mod bpf_reset;
 pub mod netns;
 pub mod packets;
 pub mod shaper_proc;

@@ -2,8 +2,10 @@
 //! verdicts, class counters, pacing timestamps and horizon drops, before any
 //! real traffic.
 //!
-//! Each test loads a fresh copy of the embedded object, so its maps start at
-//! zero and no test sees another's state. Counter checks are exact: a run
+//! Each test gets the embedded object as a fresh load leaves it (the
+//! harness shares one load per process and resets every map between
+//! tests; the last test here checks that reset), so its maps start at zero
+//! and no test sees another's state. Counter checks are exact: a run
 //! must raise the named counters by the named amounts and leave every other
 //! counter alone.
 //!
@@ -19,10 +21,15 @@ use std::{ops::Range, os::fd::AsFd};
 
 use aya::programs::{SchedClassifier, TestRun, TestRunOptions};
 use shaper::bpf::test_run::{MIN_PACKET_LEN, SkBuff, run_skb};
-use shaper_common::{EGRESS_PROGRAM, counters::Counter};
+use shaper_common::{
+    EGRESS_PROGRAM,
+    config::{FLAG_TELEMETRY, sample_threshold},
+    counters::Counter,
+    police::LinkState,
+};
 use shaper_tests::bpf_harness::*;
 use shaper_tests::packets::{
-    ETH_HLEN, ExtHeader, Frame, Ipv4, Ipv6, Packet, Tpid, Transport, ipproto,
+    ETH_HLEN, ExtHeader, Frame, Ipv4, Ipv6, Packet, Tpid, Transport, ipproto, udp4_ecn,
 };
 use shaper_tests::skip::{Need, require};
 
@@ -641,4 +648,88 @@ fn per_packet_cost_with_repeat_1000() {
         frame.len(),
         report.join(", ")
     );
+}
+
+// ---------------------------------------------------------------------------
+// The harness itself
+// ---------------------------------------------------------------------------
+
+/// Runs fair-paced, sampled packets of `flows` flows through `h`.
+fn dirty(h: &mut Harness, flows: u16) {
+    let (mut config, _) = fair_at(10_000);
+    config.flags |= FLAG_TELEMETRY;
+    config.sample_threshold = sample_threshold(1);
+    h.set_config(config);
+    for port in 0..flows {
+        let p = udp4_ecn(4000 + port, 0);
+        for _ in 0..3 {
+            h.run(&p.bytes, None);
+        }
+    }
+}
+
+#[test]
+fn a_reused_object_is_as_fresh_as_a_new_load() {
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let fresh = Harness::load_fresh(EGRESS_PROGRAM);
+    let clean = fresh.map_contents();
+    let mut h = Harness::load();
+    let id = h.config_map_id();
+    assert_ne!(id, fresh.config_map_id(), "load_fresh shared an object");
+    dirty(&mut h, 8);
+    // The fair pacer leaves the aggregate clock and the policer's link
+    // alone; the test writes them itself.
+    h.set_clock(1);
+    h.police_link
+        .set(
+            0,
+            LinkState {
+                t_link_ns: 1,
+                ..LinkState::default()
+            },
+            0,
+        )
+        .expect("write SHAPER_POLICE_LINK");
+    // Every map a program or a test writes now differs from a new load's:
+    // the comparison below can see a reset that missed one.
+    let dirtied = h.map_contents();
+    for (name, bytes) in &dirtied {
+        let new = &clean.iter().find(|(n, _)| n == name).expect("same maps").1;
+        let written = [
+            "SHAPER_CONFIG",
+            "SHAPER_COUNTERS",
+            "SHAPER_AGG",
+            "SHAPER_FAIR",
+            "SHAPER_FLOWS",
+            "SHAPER_EVENTS",
+            "SHAPER_POLICE_LINK",
+        ];
+        if written.contains(&name.as_str()) {
+            assert_ne!(bytes, new, "{name} was not written by the test");
+        }
+    }
+    // Reading the ring drained it: fill it again for the reset to drain.
+    dirty(&mut h, 4);
+    drop(h);
+    let again = Harness::load();
+    assert_eq!(again.config_map_id(), id, "the object was not reused");
+    let reused = again.map_contents();
+    assert_eq!(
+        reused.iter().map(|(n, _)| n).collect::<Vec<_>>(),
+        clean.iter().map(|(n, _)| n).collect::<Vec<_>>()
+    );
+    for ((name, got), (_, want)) in reused.iter().zip(&clean) {
+        assert!(
+            got == want,
+            "{name} after a reset differs from a new load: {:?}",
+            got.iter()
+                .zip(want)
+                .enumerate()
+                .filter(|(_, (a, b))| a != b)
+                .take(16)
+                .collect::<Vec<_>>()
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! The egress classifier's pacing through `BPF_PROG_TEST_RUN`: departure
 //! times back to back, the horizon, socket timestamps, GSO wire length.
-//! Each test loads a fresh copy of the object; counter checks are exact.
+//! Each test gets the object as a fresh load leaves it; counter checks are
+//! exact.
 //!
 //! Run: `cargo test -p shaper-tests --test prog_test_run_pacing -- --test-threads=1`
 
