@@ -10,39 +10,128 @@
 //! and of clsact's ingress and egress hooks. Nothing is normalised except
 //! one counter `tc -d` prints without `-s`: htb's `direct_packets_stat`.
 
-use std::{ffi::CString, io::Read, process::Command};
+use std::{
+    ffi::CString,
+    io::{Read, Write},
+    process::{Command, Stdio},
+};
 
 use shaper::tc::{self, Attr, Snapshot, TcError};
 
 use crate::{netns::NetNsGuard, skip::Need};
 
+/// A finished command as part of a view: stdout, stderr, and the exit
+/// status when it failed.
+fn as_view(out: &std::process::Output) -> String {
+    format!(
+        "{}{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        if out.status.success() {
+            String::new()
+        } else {
+            format!("[{}]\n", out.status)
+        }
+    )
+}
+
 /// Runs a shell command and returns its exit status, stdout and stderr as
 /// one string: a command that fails is part of the view, not a test error.
 pub fn run(cmd: &str) -> String {
     match Command::new("sh").arg("-c").arg(cmd).output() {
-        Ok(out) => format!(
-            "{}{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr),
-            if out.status.success() {
-                String::new()
-            } else {
-                format!("[{}]\n", out.status)
-            }
-        ),
+        Ok(out) => as_view(&out),
         Err(e) => format!("[cannot run sh: {e}]\n"),
     }
 }
 
-/// The full `tc -d` view of `dev` (see the module docs).
-pub fn tc_view(dev: &str) -> String {
-    let qdiscs = run(&format!("tc -d qdisc show dev {dev}"));
-    let classes = run(&format!("tc -d class show dev {dev}"));
-    let mut out = format!("## qdiscs\n{qdiscs}## classes\n{classes}");
-    out += &format!(
-        "## filters\n{}",
-        run(&format!("tc -d filter show dev {dev}"))
+/// Runs `tc -d -force -batch -` over `cmds` (one tc command each, without
+/// the `tc`): one process where one per command would cost a tenth of a
+/// second each under emulation. Returns stdout, then stderr and the exit
+/// status when it failed: a failing command is part of the view.
+fn tc_show_batch(cmds: &[String]) -> String {
+    let child = Command::new("tc")
+        .args(["-d", "-force", "-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn();
+    let mut child = match child {
+        Ok(c) => c,
+        Err(e) => return format!("[cannot run tc: {e}]\n"),
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let script: String = cmds.iter().map(|c| format!("{c}\n")).collect();
+        if let Err(e) = stdin.write_all(script.as_bytes()) {
+            return format!("[cannot write to tc: {e}]\n");
+        }
+    }
+    match child.wait_with_output() {
+        Ok(out) => as_view(&out),
+        Err(e) => format!("[cannot run tc: {e}]\n"),
+    }
+}
+
+/// Runs the tc commands `cmds` (each without the `tc`) in one `tc -batch`,
+/// panicking with tc's message when one fails: how a test builds a tree of
+/// many objects without a process per object.
+pub fn tc_batch<S: AsRef<str>>(cmds: &[S]) {
+    let mut child = Command::new("tc")
+        .args(["-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tc");
+    let script: String = cmds.iter().map(|c| format!("{}\n", c.as_ref())).collect();
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(script.as_bytes())
+        .expect("write to tc");
+    let out = child.wait_with_output().expect("wait for tc");
+    assert!(
+        out.status.success(),
+        "tc -batch failed: {}{}\n--- script ---\n{script}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Splits `text` into `prefixes.len() + 1` sections: a line beginning
+/// with `prefixes[j]` (j at or after the section in progress) starts
+/// section `j + 1`, leaving the sections between empty. Used on one batch's
+/// output whose commands print lines of distinct first words (`qdisc`,
+/// `class`, `filter`, `chain`; continuation lines are indented), so each
+/// cut is where a command's output began.
+fn split_sections(text: &str, prefixes: &[&str]) -> Vec<String> {
+    let mut sections = vec![String::new()];
+    for line in text.lines() {
+        let done = sections.len() - 1;
+        if let Some(j) = prefixes[done..].iter().position(|p| line.starts_with(p)) {
+            sections.resize(done + j + 2, String::new());
+        }
+        let last = sections.last_mut().expect("one section at least");
+        last.push_str(line);
+        last.push('\n');
+    }
+    sections.resize(prefixes.len() + 1, String::new());
+    sections
+}
+
+/// The full `tc -d` view of `dev` (see the module docs). Outputs whose
+/// lines could not be told apart (the two clsact hooks) come from batches
+/// of their own.
+pub fn tc_view(dev: &str) -> String {
+    let top = tc_show_batch(&[
+        format!("qdisc show dev {dev}"),
+        format!("class show dev {dev}"),
+        format!("filter show dev {dev}"),
+    ]);
+    let [qdiscs, classes, filters]: [String; 3] = split_sections(&top, &["class ", "filter "])
+        .try_into()
+        .expect("three sections");
+    let mut out = format!("## qdiscs\n{qdiscs}## classes\n{classes}## filters\n{filters}");
     let mut parents: Vec<&str> = Vec::new();
     for line in qdiscs
         .lines()
@@ -59,19 +148,19 @@ pub fn tc_view(dev: &str) -> String {
         }
     }
     for p in parents {
-        out += &format!(
-            "## filters of {p}\n{}",
-            run(&format!("tc -d filter show dev {dev} parent {p}"))
-        );
-        out += &format!(
-            "## chains of {p}\n{}",
-            run(&format!("tc -d chain show dev {dev} parent {p}"))
-        );
+        let both = tc_show_batch(&[
+            format!("filter show dev {dev} parent {p}"),
+            format!("chain show dev {dev} parent {p}"),
+        ]);
+        let [filters, chains]: [String; 2] = split_sections(&both, &["chain "])
+            .try_into()
+            .expect("two sections");
+        out += &format!("## filters of {p}\n{filters}## chains of {p}\n{chains}");
     }
     for hook in ["ingress", "egress"] {
         out += &format!(
             "## {hook} filters\n{}",
-            run(&format!("tc -d filter show dev {dev} {hook}"))
+            tc_show_batch(&[format!("filter show dev {dev} {hook}")])
         );
     }
     normalise_counters(&out)
@@ -239,6 +328,29 @@ pub fn expect_refusal(dev: &str, needle: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sections_start_at_each_prefix_in_turn() {
+        let text = "qdisc a\n linklayer x\nclass b\nclass c\nfilter d\n  match e\n";
+        assert_eq!(
+            split_sections(text, &["class ", "filter "]),
+            [
+                "qdisc a\n linklayer x\n",
+                "class b\nclass c\n",
+                "filter d\n  match e\n"
+            ]
+        );
+        // A command that printed nothing leaves its section empty.
+        assert_eq!(
+            split_sections("qdisc a\nfilter d\n", &["class ", "filter "]),
+            ["qdisc a\n", "", "filter d\n"]
+        );
+        assert_eq!(split_sections("", &["chain "]), ["", ""]);
+        assert_eq!(
+            split_sections("filter x\nchain chain 0\n", &["chain "]),
+            ["filter x\n", "chain chain 0\n"]
+        );
+    }
 
     #[test]
     fn only_direct_packets_stat_is_normalised() {

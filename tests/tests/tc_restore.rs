@@ -20,7 +20,7 @@ use shaper_tests::{
     skip::require,
     tc_util::{
         NEEDS, assert_same_view, expect_refusal, ifindex, install_htb, kernel_config, round_trip,
-        run, setup, tc_view,
+        run, setup, tc_batch, tc_view,
     },
 };
 
@@ -133,7 +133,7 @@ fn user_mq_root_with_replaced_children_comes_back() {
 /// qdisc, one on a class (same priority: shared u32 table numbering), an
 /// action, and a classic-BPF filter with two elements.
 fn build_htb_tree(dev: &str, peer: &str) {
-    for cmd in [
+    let cmds = [
         "qdisc add dev DEV root handle 1: htb default 30 r2q 20",
         "class add dev DEV parent 1: classid 1:1 htb rate 100mbit ceil 100mbit",
         "class add dev DEV parent 1:1 classid 1:10 htb rate 30mbit ceil 100mbit prio 1 quantum 3000 burst 20k cburst 10k",
@@ -150,12 +150,12 @@ fn build_htb_tree(dev: &str, peer: &str) {
         "filter add dev DEV parent 1: protocol all prio 9 bpf bytecode '1,6 0 0 0' flowid 1:30",
         // A second element in the same bpf filter: the list must keep its order.
         "filter add dev DEV parent 1: protocol all prio 9 handle 7 bpf bytecode '1,6 0 0 5' flowid 1:20",
-    ] {
-        sh(&format!(
-            "tc {}",
-            cmd.replace("DEV", dev).replace("PEER", peer)
-        ));
-    }
+    ];
+    let cmds: Vec<String> = cmds
+        .iter()
+        .map(|c| c.replace("DEV", dev).replace("PEER", peer))
+        .collect();
+    tc_batch(&cmds);
 }
 
 #[test]
@@ -186,7 +186,7 @@ fn many_classes_and_leaves_are_listed_in_the_recorded_order() {
     }
     let _ns = setup();
     veth_pair("va", "vb");
-    sh("tc qdisc add dev va root handle 1: htb default 99");
+    let mut cmds = vec!["qdisc add dev va root handle 1: htb default 99".to_owned()];
     // Scrambled creation order: the class hash grows twice (4 → 8 → 16
     // buckets) and the listing depends on the order of insertion.
     for (id, parent) in [
@@ -203,8 +203,8 @@ fn many_classes_and_leaves_are_listed_in_the_recorded_order() {
         ("61", "1:"),
         ("2", "1:"),
     ] {
-        sh(&format!(
-            "tc class add dev va parent {parent} classid 1:{id} htb rate 1mbit"
+        cmds.push(format!(
+            "class add dev va parent {parent} classid 1:{id} htb rate 1mbit"
         ));
     }
     // Leaves with explicit and kernel-chosen handles share qdisc hash buckets.
@@ -219,8 +219,9 @@ fn many_classes_and_leaves_are_listed_in_the_recorded_order() {
         "parent 1:21 handle 21: tbf rate 1mbit burst 5k latency 5ms",
         "parent 21:1 pfifo limit 3",
     ] {
-        sh(&format!("tc qdisc add dev va {leaf}"));
+        cmds.push(format!("qdisc add dev va {leaf}"));
     }
+    tc_batch(&cmds);
     round_trip("va", install_htb);
 }
 
@@ -231,7 +232,7 @@ fn u32_hash_tables_and_links_come_back() {
     }
     let _ns = setup();
     veth_pair("va", "vb");
-    for cmd in [
+    tc_batch(&[
         "qdisc add dev va root handle 1: htb default 10",
         "class add dev va parent 1: classid 1:10 htb rate 10mbit",
         "class add dev va parent 1: classid 1:20 htb rate 10mbit",
@@ -240,9 +241,7 @@ fn u32_hash_tables_and_links_come_back() {
         "filter add dev va parent 1: prio 3 protocol ip u32 ht 2:7: match ip dst 10.0.0.7 flowid 1:20",
         "filter add dev va parent 1: prio 3 protocol ip u32 ht 800:: match ip protocol 6 0xff link 2: hashkey mask 0x000000ff at 16",
         "filter add dev va parent 1: prio 4 protocol ip u32 match u8 0x05 0x0f at 0 flowid 1:10",
-    ] {
-        sh(&format!("tc {cmd}"));
-    }
+    ]);
     round_trip("va", install_htb);
 }
 
@@ -253,7 +252,7 @@ fn filter_chains_and_empty_chains_come_back() {
     }
     let _ns = setup();
     veth_pair("va", "vb");
-    for cmd in [
+    tc_batch(&[
         "qdisc add dev va root handle 1: htb default 10",
         "class add dev va parent 1: classid 1:10 htb rate 10mbit",
         "filter add dev va parent 1: chain 0 prio 1 protocol ip u32 match ip dport 80 0xffff flowid 1:10",
@@ -261,9 +260,7 @@ fn filter_chains_and_empty_chains_come_back() {
         "filter add dev va parent 1: chain 3 prio 1 protocol ip u32 match ip dport 443 0xffff flowid 1:10",
         "chain add dev va parent 1: chain 7",
         "chain add dev va parent 1:10 chain 2",
-    ] {
-        sh(&format!("tc {cmd}"));
-    }
+    ]);
     let chains = run("tc chain show dev va parent 1:");
     assert!(
         chains.contains("chain 7") && chains.contains("chain 3"),
