@@ -203,7 +203,8 @@ pub fn run(args: RunArgs) -> Result<()> {
             });
         }
         say(format!(
-            "shaper: shaping {} {} (pid {}); Ctrl-C or SIGTERM stops and restores it",
+            "{}{} {} (pid {}); Ctrl-C or SIGTERM stops and restores it",
+            crate::status::READY_PREFIX,
             link.name,
             what.join(" and "),
             std::process::id()

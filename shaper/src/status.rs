@@ -19,6 +19,12 @@ use crate::{
     tc,
 };
 
+/// How the line `shaper run` prints once every hook it was asked for is
+/// attached begins (on stdout, or stderr with `--json`). Whoever starts a
+/// run (the lab, the tests) waits for it before asking `shaper status`,
+/// instead of starting a status process per poll while the programs load.
+pub const READY_PREFIX: &str = "shaper: shaping ";
+
 /// The state of one shaped interface.
 #[derive(Debug)]
 pub struct IfaceStatus {

@@ -8,7 +8,9 @@
 //!   [`crate::netns::NetNsGuard`]'s, inherited by the child).
 //! - Whether a run is shaping is read from `status --json`, never from the
 //!   human report: [`ShaperProc::start`] returns once every direction it
-//!   was asked to shape has its classifier attached.
+//!   was asked to shape has its classifier attached. (The run's ready line
+//!   only tells it when to ask: a status process per poll would compete
+//!   with the attach for the emulated CPUs.)
 //! - A `ShaperProc` owns its child. Its stdout and stderr are read from the
 //!   start by threads of their own, so a chatty run never blocks on a full
 //!   pipe, and both are handed back when it exits ([`Exit`]).
@@ -24,6 +26,10 @@ use std::{
     fmt,
     io::Read,
     process::{Child, Command, ExitStatus, Stdio},
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
     thread::{self, JoinHandle, sleep},
     time::{Duration, Instant},
 };
@@ -221,14 +227,38 @@ pub struct ShaperProc<'a> {
 }
 
 /// Reads `pipe` to its end on a thread of its own.
-fn drain(pipe: Option<impl Read + Send + 'static>) -> Option<JoinHandle<String>> {
+fn drain(
+    pipe: Option<impl Read + Send + 'static>,
+    ready: Arc<AtomicBool>,
+) -> Option<JoinHandle<String>> {
     let mut pipe = pipe?;
     Some(thread::spawn(move || {
         let mut buf = Vec::new();
-        let _ = pipe.read_to_end(&mut buf);
+        let mut chunk = [0u8; 4096];
+        loop {
+            match pipe.read(&mut chunk) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    buf.extend_from_slice(&chunk[..n]);
+                    if !ready.load(Ordering::Relaxed)
+                        && buf.windows(READY_LINE.len()).any(|w| w == READY_LINE)
+                    {
+                        ready.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
         String::from_utf8_lossy(&buf).into_owned()
     }))
 }
+
+/// What `shaper run` prints once it has attached: the sign to look at
+/// `status --json`.
+const READY_LINE: &[u8] = shaper::status::READY_PREFIX.as_bytes();
+
+/// How often the wait asks `status --json` before the ready line shows, in
+/// case a run attached without printing it.
+const STATUS_FALLBACK: Duration = Duration::from_secs(5);
 
 impl<'a> ShaperProc<'a> {
     /// Starts `shaper run --iface IFACE ARGS` in `ns` and waits until
@@ -252,31 +282,40 @@ impl<'a> ShaperProc<'a> {
             stderr: None,
         };
         let child = p.child.as_mut().expect("just spawned");
-        p.stdout = drain(child.stdout.take());
-        p.stderr = drain(child.stderr.take());
+        let ready = Arc::new(AtomicBool::new(false));
+        p.stdout = drain(child.stdout.take(), ready.clone());
+        p.stderr = drain(child.stderr.take(), ready.clone());
         let egress = args.contains(&"--rate");
         let ingress = args.contains(&"--ingress-rate");
-        p.wait_shaping(egress, ingress);
+        p.wait_shaping(egress, ingress, &ready);
         p
     }
 
-    /// Polls `status --json` until the requested hooks are attached.
-    fn wait_shaping(&mut self, egress: bool, ingress: bool) {
+    /// Waits until `status --json` shows the requested hooks attached,
+    /// asking it once `ready` (the run printed its ready line), and every
+    /// [`STATUS_FALLBACK`] before that.
+    fn wait_shaping(&mut self, egress: bool, ingress: bool, ready: &AtomicBool) {
         let deadline = Instant::now() + ATTACH_TIMEOUT;
+        let mut next_ask = Instant::now() + STATUS_FALLBACK;
+        let mut last = "not asked yet".to_owned();
         let attached = |st: &Status| {
             st.running
                 && (!egress || st.classifier != "none")
                 && (!ingress || st.ingress.as_ref().is_some_and(|i| i.classifier != "none"))
         };
         loop {
-            let last = match try_status(self.ns, Some(&self.iface)) {
-                Ok(list) => match list.first() {
-                    Some(st) if attached(st) => return,
-                    Some(st) => st.to_string(),
-                    None => "not shaped yet".to_owned(),
-                },
-                Err(e) => e,
-            };
+            if ready.load(Ordering::Relaxed) || Instant::now() >= next_ask {
+                next_ask = Instant::now() + STATUS_FALLBACK;
+                last = match try_status(self.ns, Some(&self.iface)) {
+                    Ok(list) => match list.first() {
+                        Some(st) if attached(st) => return,
+                        Some(st) => st.to_string(),
+                        None => "not shaped yet".to_owned(),
+                    },
+                    Err(e) => e,
+                };
+                sleep(Duration::from_millis(150));
+            }
             let exited = self
                 .child
                 .as_mut()
@@ -293,7 +332,7 @@ impl<'a> ShaperProc<'a> {
                     exit.text()
                 );
             }
-            sleep(Duration::from_millis(200));
+            sleep(Duration::from_millis(50));
         }
     }
 

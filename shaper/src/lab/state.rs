@@ -268,8 +268,8 @@ impl State {
 }
 
 /// Starts `shaper run --iface wan0 <args> <extra>` in the router and waits
-/// until `shaper status` prints `ready` (the hook it attaches is listed)
-/// and no hook is "not attached".
+/// until it prints its ready line and then `shaper status` prints `ready`
+/// (the hook it attaches is listed) and no hook is "not attached".
 fn spawn_shaper(
     tb: &Testbed,
     bin: &std::path::Path,
@@ -282,6 +282,9 @@ fn spawn_shaper(
     cmd.args(["run", "--iface", dev]).args(args).args(extra);
     let mut d = Daemon::spawn(&mut cmd, "shaper")?;
     let status_cmd = |d: &Daemon| -> Result<bool, LabError> {
+        if !d.output().contains(crate::status::READY_PREFIX) {
+            return Ok(false);
+        }
         // Not attached yet may be an error exit; only the text counts.
         let out = tb
             .command(Host::Router, &bin.display().to_string())
@@ -467,6 +470,14 @@ impl AppliedState<'_> {
             command: format!("{bin} status --iface {dev} --json"),
             detail,
         })
+    }
+
+    /// The pid of `shaper run` (shaper states only).
+    pub fn shaper_pid(&self) -> Option<u32> {
+        self.shaper
+            .as_ref()
+            .and_then(|d| d.pid())
+            .or_else(|| self.parts.iter().find_map(AppliedState::shaper_pid))
     }
 
     /// The file `shaper run`'s output goes to (shaper state only).
