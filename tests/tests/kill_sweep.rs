@@ -37,11 +37,11 @@ const NEEDS: &[Need<'static>] = &[
 
 const ARGS: [&str; 4] = ["--rate", "20mbit", "--ingress-rate", "20mbit"];
 /// Kill points spread over the attach.
-const DURING_ATTACH: u32 = 8;
+const DURING_ATTACH: u32 = 12;
 /// Kill points in the steady state, after the attach.
 const STEADY: [Duration; 2] = [Duration::from_millis(300), Duration::from_secs(2)];
 /// Kill points spread over the restore.
-const DURING_RESTORE: u32 = 4;
+const DURING_RESTORE: u32 = 6;
 
 /// Where a trial kills the run.
 #[derive(Clone, Copy, Debug)]
