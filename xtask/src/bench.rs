@@ -10,6 +10,9 @@
 //! failed VM part leaves FILE with the host part and `vm: null`, and fails
 //! the command.
 //!
+//! With `--soak[=DURATION]` only the soak runs, in the 6.12 VM; its JSON,
+//! written under `target/bench/` by the guest, is copied to FILE.
+//!
 //! All measuring, JSON and tables are `shaper bench`'s; this only
 //! orchestrates.
 
@@ -30,8 +33,19 @@ pub struct BenchArgs {
     #[arg(long, value_name = "FILE")]
     json: Option<PathBuf>,
     /// Only the host part (no VM).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "soak")]
     no_vm: bool,
+    /// Only the soak, in the VM: DURATION (10m when not given) of flows
+    /// that start and end throughout under the shaper, its controller
+    /// sampled; the JSON goes to --json (default: target/bench/soak.json).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "10m"
+    )]
+    soak: Option<String>,
     /// Extra arguments for both `shaper bench` runs, e.g. `-- --rounds 3`.
     #[arg(last = true)]
     args: Vec<String>,
@@ -52,12 +66,32 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<i32> {
         Some(p) => {
             std::path::absolute(p).with_context(|| format!("cannot resolve {}", p.display()))?
         }
+        None if args.soak.is_some() => out_dir.join("soak.json"),
         None => out_dir.join("bench.json"),
     };
 
     let tc = toolchain::setup(if args.no_vm { &[] } else { vm::HOST_PACKAGES })?;
     let object = ebpf::build_ebpf(root, &tc)?;
     let bin = ebpf::build_host(root, &object, true)?;
+
+    if let Some(length) = &args.soak {
+        let t = Instant::now();
+        let guest_json = out_dir.join(format!("soak-{}.json", std::process::id()));
+        let soak = format!("--soak={length}");
+        let code = vm_part(root, &bin, &[soak.as_str()], &guest_json, &args.args)?;
+        eprintln!("xtask bench: soak in {:.1} s", t.elapsed().as_secs_f64());
+        if code != 0 {
+            return Ok(code);
+        }
+        if guest_json != json {
+            std::fs::copy(&guest_json, &json).with_context(|| {
+                format!("cannot copy {} to {}", guest_json.display(), json.display())
+            })?;
+            let _ = std::fs::remove_file(&guest_json);
+        }
+        eprintln!("xtask bench: wrote {}", json.display());
+        return Ok(0);
+    }
 
     let t = Instant::now();
     let status = Command::new(&bin)
@@ -79,15 +113,7 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<i32> {
 
     let t = Instant::now();
     let vm_json = out_dir.join(format!("vm-{}.json", std::process::id()));
-    let mut cmd: Vec<String> = vec![
-        bin.display().to_string(),
-        "bench".into(),
-        "--vm-part".into(),
-        "--json".into(),
-        vm_json.display().to_string(),
-    ];
-    cmd.extend(args.args.iter().cloned());
-    let code = vm::run(root, vm::Kernel::V6_12, &cmd)?;
+    let code = vm_part(root, &bin, &[], &vm_json, &args.args)?;
     eprintln!("xtask bench: VM part in {:.1} s", t.elapsed().as_secs_f64());
     if code != 0 {
         eprintln!(
@@ -108,4 +134,18 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<i32> {
     let _ = std::fs::remove_file(&vm_json);
     eprintln!("xtask bench: wrote {}", json.display());
     Ok(0)
+}
+
+/// Runs `BIN bench --vm-part OPTS --json JSON ARGS` in the 6.12 VM;
+/// returns its exit code.
+fn vm_part(root: &Path, bin: &Path, opts: &[&str], json: &Path, args: &[String]) -> Result<i32> {
+    let mut cmd: Vec<String> = vec![
+        bin.display().to_string(),
+        "bench".into(),
+        "--vm-part".into(),
+    ];
+    cmd.extend(opts.iter().map(|o| (*o).to_owned()));
+    cmd.extend(["--json".to_owned(), json.display().to_string()]);
+    cmd.extend(args.iter().cloned());
+    vm::run(root, vm::Kernel::V6_12, &cmd)
 }

@@ -30,6 +30,11 @@
 //! `--matrix` the cells of [`matrix`] under `matrix`, each with `shaper`
 //! and `cake` medians), or null.
 //!
+//! With `--vm-part --soak[=DURATION]` the lab part runs only the soak
+//! ([`vm::soak`], [`crate::lab::soak`]): `vm.soak` holds `flows`,
+//! `goodput_ratio`, `rss_drift`, `rss_median_kib`, `fd_growth`,
+//! `events_lost`, `status_failures` and every sample.
+//!
 //! Non-goals: pass/fail thresholds (the tests assert; this reports), and
 //! history or comparison between runs.
 
@@ -101,6 +106,20 @@ pub struct BenchArgs {
     /// per repetition under emulation).
     #[arg(long)]
     pub matrix: bool,
+    /// Lab part: run only the soak, DURATION of flows that start and end
+    /// throughout under the shaper (10m when no DURATION is given), with
+    /// the controller's memory, descriptors, lost records and `status`
+    /// sampled every second.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "10m",
+        value_parser = parse_duration,
+        requires = "vm_part"
+    )]
+    pub soak: Option<Duration>,
     /// Run only the telemetry scale part (the host part runs it in a child
     /// process of its own, so its RSS is the controller's alone).
     #[arg(long, conflicts_with_all = ["vm_part", "merge_vm"])]
@@ -130,6 +149,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let report = scale::run(&opts).context("the scale part failed")?;
         let doc = serde_json::to_value(&report)?;
         print!("{}", scale_table(&doc));
+        doc
+    } else if let (true, Some(length)) = (args.vm_part, args.soak) {
+        let bin = std::env::current_exe().context("cannot find this binary's path")?;
+        let report = vm::soak(&bin, args.rate, length).context("the soak failed")?;
+        let mut doc = serde_json::to_value(&report)?;
+        if let Value::Object(map) = &mut doc {
+            map.insert("schema".to_owned(), json!(SCHEMA));
+        }
+        print!("{}", vm_table(&doc));
         doc
     } else if args.vm_part {
         let opts = vm::VmOptions {
@@ -215,6 +243,27 @@ fn scale_table(doc: &Value) -> String {
         num(doc, "rss_mib"),
         num(doc, "peak_rss_mib"),
         num(doc, "rss_before_mib"),
+    )
+}
+
+/// The soak's table.
+fn soak_table(vm: &Value) -> String {
+    let Some(s) = vm.get("soak").filter(|s| !s.is_null()) else {
+        return String::new();
+    };
+    let u = |k: &str| s.get(k).map(Value::to_string).unwrap_or_default();
+    format!(
+        "soak: {} flows in {} s, goodput {}; after the warm-up ({} samples) RSS {} KiB \
+         (largest drift {}), descriptors {:+}, events lost {}, status failures {}\n",
+        u("flows"),
+        num(s, "length_s"),
+        frac(s, "goodput_ratio"),
+        u("judged_samples"),
+        u("rss_median_kib"),
+        frac(s, "rss_drift"),
+        s.get("fd_growth").and_then(Value::as_i64).unwrap_or(0),
+        u("events_lost"),
+        u("status_failures"),
     )
 }
 
@@ -312,8 +361,11 @@ fn host_table(doc: &Value) -> String {
     s
 }
 
-/// The lab part as a table.
+/// The lab part as a table (a soak's document holds only the soak).
 fn vm_table(vm: &Value) -> String {
+    if vm.get("soak").is_some() {
+        return soak_table(vm);
+    }
     let mut s = format!(
         "shaper bench (lab), kernel {}, {} Mbit/s, +{} ms RTT, {} TCP streams, {} s\n",
         vm.get("kernel_release")

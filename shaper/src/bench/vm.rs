@@ -157,6 +157,35 @@ pub struct VmReport {
     pub warnings: Vec<String>,
 }
 
+/// The soak's document: the guest kernel and the report.
+#[derive(Clone, Debug, Serialize)]
+pub struct SoakDoc {
+    /// The guest kernel.
+    pub kernel_release: String,
+    /// CPUs the guest has.
+    pub cpus: usize,
+    /// Configured rate, Mbit/s.
+    pub rate_mbit: f64,
+    /// What the soak measured.
+    pub soak: crate::lab::soak::SoakReport,
+}
+
+/// Runs only the soak: `length` of churn at `rate`, 20 ms RTT.
+pub fn soak(bin: &std::path::Path, rate: Rate, length: Duration) -> Result<SoakDoc, LabError> {
+    let tb = Testbed::new(TestbedOptions {
+        client_delay: Duration::from_millis(20),
+        ..TestbedOptions::default()
+    })?;
+    let plan = crate::lab::soak::SoakPlan::bench(length);
+    let soak = crate::lab::soak::run_soak(&tb, bin, rate, &plan)?;
+    Ok(SoakDoc {
+        kernel_release: checks::kernel_release(),
+        cpus: cpus(),
+        rate_mbit: rate.bits_per_s() as f64 / 1e6,
+        soak,
+    })
+}
+
 /// Runs the lab part.
 pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     let started = Instant::now();

@@ -25,6 +25,8 @@
 //! - [`cases`]: named traffic cases under CAKE and the shaper, which the
 //!   VM tests and the benchmark share; [`timed_cases`] the same for flows
 //!   that come and go.
+//! - [`soak`]: minutes of churn under the shaper with its controller
+//!   sampled (memory, descriptors, lost records, status).
 //! - [`cli`], [`run`], [`report`], [`plot`]: the `shaper lab` command (one
 //!   method per state, the JSON, the Markdown tables, the SVG plots).
 //!
@@ -54,6 +56,7 @@ pub mod plot;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod soak;
 pub mod state;
 pub mod stats;
 pub mod timed;
