@@ -533,16 +533,59 @@ fn fq_codel_times_stay_exact_over_repeated_restores() {
         tc class add dev va parent 1: classid 1:10 htb rate 10mbit && \
         tc qdisc add dev va parent 1:10 handle 10: fq_codel target 5ms interval 100ms \
         ce_threshold 2500us");
-    let index = ifindex("va");
-    let first = codel_times("va");
-    let view = tc_view("va");
+    restore_ten_times("va", codel_times);
+}
+
+/// A pie leaf and an fq_pie leaf whose targets (1003 us, 2003 us) are no
+/// whole number of the kernel's 64 ns ticks per microsecond keep the target
+/// `tc` shows over ten restores (each replay of the dumped value, unrepaired,
+/// lost a microsecond).
+#[test]
+fn pie_targets_stay_exact_over_repeated_restores() {
+    use shaper_tests::skip::Need;
+    if !require(NEEDS) || !require(&[Need::Sch("pie"), Need::Sch("fq_pie")]) {
+        return;
+    }
+    let _ns = setup();
+    veth_pair("va", "vb");
+    tc_batch(&[
+        "qdisc add dev va root handle 1: htb default 30",
+        "class add dev va parent 1: classid 1:30 htb rate 30mbit",
+        "class add dev va parent 1: classid 1:40 htb rate 20mbit",
+        "qdisc add dev va parent 1:30 handle 30: pie target 1003us",
+        "qdisc add dev va parent 1:40 handle 40: fq_pie target 2003us",
+    ]);
+    restore_ten_times("va", pie_targets);
+}
+
+/// Snapshots `dev`, installs the shaper's root and restores, ten times;
+/// after each round `read(dev)` is what it was first, and the whole view
+/// is the same at the end.
+fn restore_ten_times<T: PartialEq + std::fmt::Debug>(dev: &str, read: impl Fn(&str) -> T) {
+    let index = ifindex(dev);
+    let first = read(dev);
+    let view = tc_view(dev);
     for round in 1..=10 {
         let snap = tc::snapshot(index).expect("snapshot");
         install_htb(index);
         tc::restore(&snap).expect("restore");
-        assert_eq!(codel_times("va"), first, "after restore {round}");
+        assert_eq!(read(dev), first, "after restore {round}");
     }
-    assert_same_view(&view, &tc_view("va"), "after ten restores");
+    assert_same_view(&view, &tc_view(dev), "after ten restores");
+}
+
+/// The pie and fq_pie leaves' targets in microseconds, as `tc -j` reports
+/// the kernel's dump.
+fn pie_targets(dev: &str) -> (u64, u64) {
+    let json = run(&format!("tc -j qdisc show dev {dev}"));
+    let list: serde_json::Value = serde_json::from_str(&json).expect("tc -j output");
+    let target = |kind: &str| {
+        list.as_array()
+            .and_then(|l| l.iter().find(|q| q["kind"] == kind))
+            .and_then(|q| q["options"]["target"].as_u64())
+            .unwrap_or_else(|| panic!("no {kind} target in {json}"))
+    };
+    (target("pie"), target("fq_pie"))
 }
 
 /// The fq_codel leaf's (target, interval, ce_threshold) in microseconds, as

@@ -17,6 +17,13 @@
 //!   value replayed is the smallest whose conversion gives the recorded
 //!   codel time back ([`codel_us_for_replay`]), so a restore is exact
 //!   however often it happens.
+//! - **pie and fq_pie targets**: the same in psched ticks of 64 ns
+//!   (`PSCHED_NS2TICKS`), where a microsecond spans 15 ticks: a target of
+//!   1003 us is stored as 15671 ticks, dumped as 1002 us, replayed to 15656
+//!   and dumped as 1001. The dump cannot say which of the ticks in its
+//!   microsecond the kernel had, so the value replayed is the smallest
+//!   whose stored ticks dump the same: `tc -d` shows the same target after
+//!   any number of restores.
 //! - **Offload state in classifier flags**: u32, bpf, flower and matchall
 //!   report `TCA_CLS_FLAGS_IN_HW`/`NOT_IN_HW` in the flags attribute that
 //!   their create path checks with `tc_flags_valid()` (include/net/
@@ -69,50 +76,64 @@ pub(crate) fn unreplayable_qdisc(kind: &str) -> Option<&'static str> {
 /// The kernel's codel time shift (`CODEL_SHIFT`, include/net/codel.h).
 const CODEL_SHIFT: u32 = 10;
 
-/// The options of codel and fq_codel that hold codel times in microseconds
-/// (include/uapi/linux/pkt_sched.h): target, interval, ce_threshold.
-const CODEL_TIME_OPTIONS: [(&str, &[u16]); 2] = [
+/// The kernel's psched time shift (`PSCHED_SHIFT`, include/net/pkt_sched.h):
+/// pie and fq_pie keep their target in ticks of 64 ns.
+const PSCHED_SHIFT: u32 = 6;
+
+/// Per qdisc kind, the options that it is given in microseconds and keeps
+/// in nanoseconds >> shift (include/uapi/linux/pkt_sched.h), with the shift.
+const TIME_OPTIONS: [(&str, &[u16], u32); 4] = [
     // TCA_CODEL_TARGET, TCA_CODEL_INTERVAL, TCA_CODEL_CE_THRESHOLD
-    ("codel", &[1, 3, 5]),
+    ("codel", &[1, 3, 5], CODEL_SHIFT),
     // TCA_FQ_CODEL_TARGET, TCA_FQ_CODEL_INTERVAL, TCA_FQ_CODEL_CE_THRESHOLD
-    ("fq_codel", &[1, 3, 7]),
+    ("fq_codel", &[1, 3, 7], CODEL_SHIFT),
+    // TCA_PIE_TARGET (`pie_change`: PSCHED_NS2TICKS of the microseconds)
+    ("pie", &[1], PSCHED_SHIFT),
+    // TCA_FQ_PIE_TARGET (`fq_pie_change`, the same)
+    ("fq_pie", &[3], PSCHED_SHIFT),
 ];
 
-/// What the kernel stores for `us` given microseconds (`fq_codel_change`).
-fn codel_time_of_us(us: u32) -> u64 {
-    (u64::from(us) * 1000) >> CODEL_SHIFT
+/// What the kernel stores for `us` given microseconds: `(us * 1000) >>
+/// shift` (`fq_codel_change`, `pie_change`).
+fn time_of_us(us: u32, shift: u32) -> u64 {
+    (u64::from(us) * 1000) >> shift
 }
 
-/// What the kernel dumps for the codel time `t` (`codel_time_to_us`).
-fn codel_us_of_time(t: u64) -> u64 {
-    (t << CODEL_SHIFT) / 1000
+/// What the kernel dumps for the stored time `t`: `(t << shift) / 1000`
+/// (`codel_time_to_us`, `PSCHED_TICKS2NS(t) / NSEC_PER_USEC`).
+fn us_of_time(t: u64, shift: u32) -> u64 {
+    (t << shift) / 1000
 }
 
 /// The microseconds to replay for a dumped `dumped_us`, so that the kernel
-/// stores the codel time it had: the smallest `us` whose stored value
-/// dumps as `dumped_us` again. `dumped_us` itself when no such value fits
-/// (a value the kernel could not have dumped).
-pub(crate) fn codel_us_for_replay(dumped_us: u32) -> u32 {
-    // The stored time: the one t with floor(t * 1024 / 1000) == dumped_us.
-    let t = (u64::from(dumped_us) * 1000).div_ceil(1 << CODEL_SHIFT);
-    if codel_us_of_time(t) != u64::from(dumped_us) {
+/// stores a time that dumps as `dumped_us` again, however often it is
+/// replayed: the smallest `us` storing the smallest such time. With codel's
+/// shift that time is the one the kernel had (one microsecond is at most
+/// one codel unit); with psched's a microsecond spans 15 ticks and the dump
+/// cannot tell them apart, so it is the first of them, and what `tc` shows
+/// stays exact. `dumped_us` itself when no time dumps as it (a value the
+/// kernel could not have dumped).
+pub(crate) fn us_for_replay(dumped_us: u32, shift: u32) -> u32 {
+    // The smallest t with floor(t * 2^shift / 1000) == dumped_us.
+    let t = (u64::from(dumped_us) * 1000).div_ceil(1 << shift);
+    if us_of_time(t, shift) != u64::from(dumped_us) {
         return dumped_us;
     }
-    // The smallest us with floor(us * 1000 / 1024) == t.
-    let us = (t << CODEL_SHIFT).div_ceil(1000);
+    // The smallest us with floor(us * 1000 / 2^shift) >= t.
+    let us = (t << shift).div_ceil(1000);
     match u32::try_from(us) {
-        Ok(us) if codel_time_of_us(us) == t => us,
+        Ok(us) if us_of_time(time_of_us(us, shift), shift) == u64::from(dumped_us) => us,
         _ => dumped_us,
     }
 }
 
 /// The attributes to send to create the recorded qdisc `q`.
 pub(crate) fn qdisc_attrs(q: &TcObject) -> Vec<Attr> {
-    if let Some(&(_, times)) = CODEL_TIME_OPTIONS.iter().find(|(k, _)| *k == q.kind()) {
+    if let Some(&(_, times, shift)) = TIME_OPTIONS.iter().find(|(k, _, _)| *k == q.kind()) {
         return map_options(&q.attrs, |o| match o.as_u32() {
             Some(us) if times.contains(&o.number()) => Some(Attr {
                 ty: o.ty,
-                value: codel_us_for_replay(us).to_ne_bytes().to_vec(),
+                value: us_for_replay(us, shift).to_ne_bytes().to_vec(),
             }),
             _ => Some(o),
         });
@@ -191,19 +212,44 @@ mod tests {
     fn a_replayed_codel_time_is_stored_as_it_was_however_often() {
         // Every stored time up to 10 s, dumped and replayed: the same time.
         for t in (0..9_765_625u64).step_by(7) {
-            let dumped = u32::try_from(codel_us_of_time(t)).expect("fits");
-            let replay = codel_us_for_replay(dumped);
+            let dumped = u32::try_from(us_of_time(t, CODEL_SHIFT)).expect("fits");
+            let replay = us_for_replay(dumped, CODEL_SHIFT);
             assert_eq!(
-                codel_time_of_us(replay),
+                time_of_us(replay, CODEL_SHIFT),
                 t,
                 "t {t}, dumped {dumped}, replay {replay}"
             );
         }
         // The figures of the module docs: 5ms drifts without the repair.
-        assert_eq!(codel_time_of_us(5000), 4882);
-        assert_eq!(codel_us_of_time(4882), 4999);
-        assert_eq!(codel_time_of_us(4999), 4881);
-        assert_eq!(codel_us_for_replay(4999), 5000);
+        assert_eq!(time_of_us(5000, CODEL_SHIFT), 4882);
+        assert_eq!(us_of_time(4882, CODEL_SHIFT), 4999);
+        assert_eq!(time_of_us(4999, CODEL_SHIFT), 4881);
+        assert_eq!(us_for_replay(4999, CODEL_SHIFT), 5000);
+    }
+
+    #[test]
+    fn a_replayed_pie_target_dumps_as_it_did_however_often() {
+        // Every target a user can give up to 10 s: set, dumped, then
+        // replayed twice, it dumps as the first dump each time.
+        for us in (0..10_000_000u32).step_by(3) {
+            let dumped = u32::try_from(us_of_time(time_of_us(us, PSCHED_SHIFT), PSCHED_SHIFT))
+                .expect("fits");
+            let mut shown = dumped;
+            for round in 0..2 {
+                let replay = us_for_replay(shown, PSCHED_SHIFT);
+                shown = u32::try_from(us_of_time(time_of_us(replay, PSCHED_SHIFT), PSCHED_SHIFT))
+                    .expect("fits");
+                assert_eq!(shown, dumped, "target {us} us, round {round}");
+            }
+        }
+        // Without the repair a target of 1003 us drifts by one per restore.
+        assert_eq!(time_of_us(1003, PSCHED_SHIFT), 15_671);
+        assert_eq!(us_of_time(15_671, PSCHED_SHIFT), 1002);
+        assert_eq!(
+            us_of_time(time_of_us(1002, PSCHED_SHIFT), PSCHED_SHIFT),
+            1001
+        );
+        assert_eq!(us_for_replay(1002, PSCHED_SHIFT), 1003);
     }
 
     #[test]
