@@ -128,29 +128,32 @@ impl ResetPlan {
         let maps = ebpf
             .maps()
             .map(|(name, map)| {
-                let (data, rule) = match map {
-                    Map::Array(d) if name.starts_with(".rodata") => (d, Rule::Keep),
-                    Map::Array(d) if name.starts_with('.') => panic!(
-                        "the data section {name} starts with contents a reset cannot know; \
-                         give it a rule in bpf_reset"
-                    ),
-                    Map::Array(d) => (d, Rule::Zero { stride: 0 }),
-                    Map::PerCpuArray(d) => (d, Rule::Zero { stride: 0 }),
-                    Map::HashMap(d) | Map::LruHashMap(d) => (d, Rule::Empty),
-                    Map::RingBuf(d) => (d, Rule::Drain),
-                    Map::ProgramArray(d) => (d, Rule::Keep),
+                let data = match map {
+                    Map::Array(d)
+                    | Map::PerCpuArray(d)
+                    | Map::HashMap(d)
+                    | Map::LruHashMap(d)
+                    | Map::RingBuf(d)
+                    | Map::ProgramArray(d) => d,
                     _ => panic!("the map {name} has a type bpf_reset has no rule for"),
                 };
                 let info = data
                     .info()
                     .unwrap_or_else(|e| panic!("reading the info of map {name}: {e}"));
                 let value_size = info.value_size() as usize;
-                let rule = match (map, rule) {
-                    (Map::PerCpuArray(_), Rule::Zero { .. }) => Rule::Zero {
+                let rule = match map {
+                    Map::Array(_) if name.starts_with(".rodata") => Rule::Keep,
+                    Map::Array(_) if name.starts_with('.') => panic!(
+                        "the data section {name} starts with contents a reset cannot know; \
+                         give it a rule in bpf_reset"
+                    ),
+                    Map::Array(_) => Rule::Zero { stride: value_size },
+                    Map::PerCpuArray(_) => Rule::Zero {
                         stride: per_cpu_stride(value_size),
                     },
-                    (_, Rule::Zero { .. }) => Rule::Zero { stride: value_size },
-                    (_, r) => r,
+                    Map::HashMap(_) | Map::LruHashMap(_) => Rule::Empty,
+                    Map::RingBuf(_) => Rule::Drain,
+                    _ => Rule::Keep,
                 };
                 MapPlan {
                     name: name.to_owned(),

@@ -49,52 +49,40 @@ pub fn run(cmd: &str) -> String {
 /// second each under emulation. Returns stdout, then stderr and the exit
 /// status when it failed: a failing command is part of the view.
 fn tc_show_batch(cmds: &[String]) -> String {
-    let child = Command::new("tc")
-        .args(["-d", "-force", "-batch", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn();
-    let mut child = match child {
-        Ok(c) => c,
-        Err(e) => return format!("[cannot run tc: {e}]\n"),
-    };
-    if let Some(mut stdin) = child.stdin.take() {
-        let script: String = cmds.iter().map(|c| format!("{c}\n")).collect();
-        if let Err(e) = stdin.write_all(script.as_bytes()) {
-            return format!("[cannot write to tc: {e}]\n");
-        }
-    }
-    match child.wait_with_output() {
+    match run_tc_batch(&["-d", "-force"], cmds) {
         Ok(out) => as_view(&out),
         Err(e) => format!("[cannot run tc: {e}]\n"),
     }
+}
+
+/// `tc OPTS -batch -` with `cmds`, one per line, on its stdin.
+fn run_tc_batch<S: AsRef<str>>(opts: &[&str], cmds: &[S]) -> std::io::Result<std::process::Output> {
+    let mut child = Command::new("tc")
+        .args(opts)
+        .args(["-batch", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    let script: String = cmds.iter().map(|c| format!("{}\n", c.as_ref())).collect();
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(script.as_bytes())?;
+    }
+    child.wait_with_output()
 }
 
 /// Runs the tc commands `cmds` (each without the `tc`) in one `tc -batch`,
 /// panicking with tc's message when one fails: how a test builds a tree of
 /// many objects without a process per object.
 pub fn tc_batch<S: AsRef<str>>(cmds: &[S]) {
-    let mut child = Command::new("tc")
-        .args(["-batch", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tc");
-    let script: String = cmds.iter().map(|c| format!("{}\n", c.as_ref())).collect();
-    child
-        .stdin
-        .take()
-        .expect("piped stdin")
-        .write_all(script.as_bytes())
-        .expect("write to tc");
-    let out = child.wait_with_output().expect("wait for tc");
+    let out = run_tc_batch(&[], cmds).expect("run tc -batch");
+    let script: Vec<&str> = cmds.iter().map(AsRef::as_ref).collect();
     assert!(
         out.status.success(),
-        "tc -batch failed: {}{}\n--- script ---\n{script}",
+        "tc -batch failed: {}{}\n--- script ---\n{}",
         String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
+        String::from_utf8_lossy(&out.stderr),
+        script.join("\n")
     );
 }
 
