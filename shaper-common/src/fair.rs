@@ -33,6 +33,11 @@
 //!   bursts are accepted faster than they can leave, so `m` is capped at
 //!   the count of flows that sent in the last or the current window of 32
 //!   epochs, plus one ([`mult_cap`]).
+//! - Its floor is the count of committed flows, those whose clock runs ahead
+//!   of now ([`crate::committed`]): each departs at `C/m` until its clock is
+//!   reached, so `m` below their number commits the link beyond `C`. The
+//!   feedback alone lets that happen when many TCP flows back off together
+//!   and their queues then drain at the raised share ([`bound_mult`]).
 //! - AQM: CoDel's control law (RFC 8289, see [`crate::codel`]) on each
 //!   packet's scheduled delay. ECN-capable packets are CE-marked and kept;
 //!   others are dropped. A flow more than an interval behind is signalled on
@@ -44,7 +49,8 @@
 //!
 //! Invariants.
 //! - `m >= 1.0` (no flow is paced faster than the aggregate rate),
-//!   `m <= recent active flows + 1`, and `m < 2^32`.
+//!   `m <= recent active flows + 1`, and `m < 2^32`; after each epoch
+//!   change `m >=` the committed flows, where that is below the cap.
 //! - A packet never departs before `max(now, its own tstamp)`: a socket that
 //!   paces itself is never pulled earlier.
 //! - Aggregate bound: in steady state the stamped departures of every epoch
@@ -66,6 +72,7 @@
 //! an epoch (the share adapts per epoch, fairness is over several).
 
 use crate::codel::{CodelParams, codel_signal};
+use crate::committed::{self, CLOCK_SLOT_SHIFT, CLOCK_SLOTS};
 use crate::flow::{FLOW_ECN, FlowEntry};
 
 /// `1.0` in the Q16 fixed point of the fair-share multiplier.
@@ -85,7 +92,8 @@ pub const EPOCH_NS: u64 = 1 << EPOCH_SHIFT;
 /// right for flows with deep queues.
 pub const EPOCH_RING: usize = 16;
 
-/// State shared by all CPUs. One entry; 192 bytes, three cache lines.
+/// State shared by all CPUs. One entry; 4312 bytes: three cache lines
+/// that every packet reads or writes, then the committed flows' ring.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FairState {
@@ -115,9 +123,50 @@ pub struct FairState {
     /// when that window saw no packet); with `active_now` it caps the
     /// multiplier ([`mult_cap`]).
     pub active_last: u64,
+    /// The clock slot up to which the committed count is expired
+    /// ([`crate::committed`]).
+    pub clock_slot: u64,
+    /// Flows whose clock lies beyond `clock_slot`: the multiplier's floor.
+    pub committed: u64,
+    /// The feedback's own multiplier, Q16: what the CSFQ update and the cap
+    /// give, before the committed flows' floor. `mult_q16` is the larger of
+    /// the two, so the floor lifts the share only while it holds.
+    pub mult_feedback_q16: u64,
+    /// Flows per clock slot, indexed by `slot % CLOCK_SLOTS`.
+    pub clock_counts: [u64; CLOCK_SLOTS],
 }
 
-const _: () = assert!(core::mem::size_of::<FairState>() == 192);
+const _: () = assert!(core::mem::size_of::<FairState>() == 4312);
+
+impl committed::Ring for FairState {
+    #[inline(always)]
+    fn counter(&self, i: usize) -> u64 {
+        self.clock_counts[i]
+    }
+    #[inline(always)]
+    fn set_counter(&mut self, i: usize, v: u64) {
+        self.clock_counts[i] = v;
+    }
+}
+
+impl FairState {
+    /// Sets the multiplier the join rule ([`join_mult`]) chose: packets
+    /// use it, and the feedback goes on from it.
+    pub fn set_joined_mult(&mut self, m_q16: u64) {
+        self.mult_q16 = m_q16;
+        self.mult_feedback_q16 = m_q16;
+    }
+
+    /// Moves a flow whose clock went from `old_ns` to `new_ns` in the
+    /// committed count, on a private copy (the simulator's step).
+    pub fn move_clock(&mut self, old_ns: u64, new_ns: u64) {
+        if old_ns == new_ns {
+            return;
+        }
+        let mv = committed::clock_move(old_ns, new_ns, self.clock_slot);
+        self.committed = committed::apply(self, self.committed, &mv);
+    }
+}
 
 impl FairState {
     /// The active flows the multiplier's cap counts: the larger of the last
@@ -130,6 +179,12 @@ impl FairState {
     /// rounded up to whole flows.
     pub fn backlogged_flows(&self) -> u64 {
         self.backlogged_ref_q8.div_ceil(256)
+    }
+
+    /// The committed flows the multiplier's floor counts, as of the last
+    /// epoch change ([`crate::committed`]).
+    pub fn committed_flows(&self) -> u64 {
+        committed::count_or_zero(self.committed)
     }
 
     /// The rate each backlogged flow gets, `rate / m`, for the controller's
@@ -153,6 +208,10 @@ impl Default for FairState {
             backlogged_ref_q8: 0,
             active_now: 0,
             active_last: 0,
+            clock_slot: 0,
+            committed: 0,
+            mult_feedback_q16: MULT_ONE,
+            clock_counts: [0; CLOCK_SLOTS],
         }
     }
 }
@@ -422,6 +481,26 @@ pub fn mult_cap(active_last: u64, active_now: u64) -> u64 {
     cap.clamp(MULT_ONE, MULT_MAX - 1)
 }
 
+/// The multiplier within its bounds: at most `cap_q16` ([`mult_cap`]), and
+/// at least the committed flows ([`crate::committed`]) where that is below
+/// the cap: with `b` flows each departing at `C/m`, `m < b` commits the
+/// link to more than its rate.
+#[inline(always)]
+pub fn bound_mult(m_q16: u64, cap_q16: u64, committed: u64) -> u64 {
+    let m = if m_q16 > cap_q16 { cap_q16 } else { m_q16 };
+    // committed is at most the flow table's size: no overflow.
+    let floor = committed << 16;
+    let floor = if floor > cap_q16 { cap_q16 } else { floor };
+    if m < floor { floor } else { m }
+}
+
+/// True when the epoch change from `old` to `new` ends an activity window
+/// ([`ACTIVE_WINDOW_SHIFT`]).
+#[inline(always)]
+pub fn window_ends(old: u64, new: u64) -> bool {
+    (old >> ACTIVE_WINDOW_SHIFT) != (new >> ACTIVE_WINDOW_SHIFT)
+}
+
 /// Counts `flow` as backlogged in `epoch` (it was just paced). Returns true
 /// the first time per epoch, when the caller adds it to
 /// [`FairState::backlogged_now`]. The mark is the epoch's low 32 bits plus
@@ -494,15 +573,17 @@ pub fn slots_to_clear(old: u64, new: u64) -> u64 {
 /// new_epoch` (each from its own ring slot, so epochs in which no packet
 /// *arrived* still count what was scheduled to depart in them; at most
 /// [`EPOCH_RING`] updates after a longer idle gap), those slots cleared for
-/// reuse, and the state moved to `new_epoch`. The BPF side performs the
-/// same steps with atomics; the simulator calls this.
+/// reuse, the committed count expired to the new epoch's start (recounted
+/// when an activity window ends) and the multiplier bounded by the cap and
+/// that floor ([`bound_mult`]), and the state moved to `new_epoch`. The BPF
+/// side performs the same steps with atomics; the simulator calls this.
 pub fn roll_epoch(state: &mut FairState, new_epoch: u64) {
     if new_epoch <= state.epoch {
         return;
     }
     let old = state.epoch;
     let finished = slots_to_clear(old, new_epoch);
-    let mut m = state.mult_q16;
+    let mut m = state.mult_feedback_q16;
     let mut avg = state.scheduled_avg_ns;
     for j in 0..finished {
         let slot = ((old + j) % EPOCH_RING as u64) as usize;
@@ -512,8 +593,17 @@ pub fn roll_epoch(state: &mut FairState, new_epoch: u64) {
     }
     (state.active_last, state.active_now) =
         roll_active(state.active_last, state.active_now, old, new_epoch);
+    let now_slot = new_epoch << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT);
+    let c = committed::expire(state, state.committed, state.clock_slot, now_slot);
+    state.committed = if window_ends(old, new_epoch) {
+        committed::recount(state)
+    } else {
+        c
+    };
+    state.clock_slot = now_slot;
     let cap = mult_cap(state.active_last, state.active_now);
-    state.mult_q16 = if m > cap { cap } else { m };
+    state.mult_feedback_q16 = if m > cap { cap } else { m };
+    state.mult_q16 = bound_mult(m, cap, committed::count_or_zero(state.committed));
     state.scheduled_avg_ns = avg;
     state.backlogged_ref_q8 =
         backlogged_reference(state.backlogged_ref_q8, state.backlogged_now, finished);
@@ -774,6 +864,7 @@ mod tests {
             epoch: last_of_window,
             active_now: 4,
             mult_q16: 4 * MULT_ONE,
+            mult_feedback_q16: 4 * MULT_ONE,
             scheduled_avg_ns: 2 * EPOCH_NS,
             ..FairState::default()
         };
@@ -871,6 +962,7 @@ mod tests {
         let mut s = FairState {
             epoch: 10,
             mult_q16: 2 * MULT_ONE,
+            mult_feedback_q16: 2 * MULT_ONE,
             ..FairState::default()
         };
         s.scheduled_ns[10] = EPOCH_NS * 3; // 200% over

@@ -11,6 +11,7 @@
 #![no_std]
 
 pub mod codel;
+pub mod committed;
 pub mod config;
 pub mod counters;
 pub mod ecn;

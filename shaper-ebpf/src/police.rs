@@ -63,7 +63,7 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
     };
     let epoch = now_ns >> EPOCH_SHIFT;
     // SAFETY: the pointer comes from the map lookup of this run.
-    let mult_q16 = unsafe { roll_epoch(state, epoch) };
+    let mult_q16 = unsafe { roll_epoch::<false>(state, epoch) };
     let Some((flow, _started)) = flow_entry(config, class.flow_hash, now_ns) else {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
@@ -117,6 +117,7 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
             let m = join_mult(mult_q16, n_now, n_ref, mult_cap(active_last, active_now));
             if m != mult_q16 {
                 atomic::store(&raw mut (*state).mult_q16, m);
+                atomic::store(&raw mut (*state).mult_feedback_q16, m);
             }
         }
     }

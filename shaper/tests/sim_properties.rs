@@ -223,6 +223,39 @@ fn work_conserving_alone_and_after_others_stop() {
     assert!(after >= 0.9, "{after}");
 }
 
+/// Property 4b: many flows keep to the rate. With 64 and 256 AIMD flows
+/// (20 ms RTT) and a ping at 50 Mbit/s, the link carries at most
+/// [`MANY_BOUND`] of C after slow start. The same scenarios without the
+/// committed-flows floor run beside it and must exceed the bound, so the
+/// check can tell the floor from its absence: their multiplier falls below
+/// the flow count when the flows back off together, and their queues then
+/// drain faster than C.
+#[test]
+fn many_flows_keep_to_the_rate() {
+    for n in [64usize, 256] {
+        let load = |floor: bool| {
+            let mut sc = Scenario::new(C50, 10 * SEC);
+            sc.committed_floor = floor;
+            for _ in 0..n {
+                sc = sc.with(FlowSpec::always(Source::aimd_ms(20)));
+            }
+            let r = sim(&sc.with(FlowSpec::always(Source::ping())));
+            (0..=n).map(|i| r.share(i, 3 * SEC, 9 * SEC)).sum::<f64>()
+        };
+        let (with, without) = (load(true), load(false));
+        eprintln!("[many] {n} flows: load {with:.4} of C; without the floor {without:.4}");
+        assert!(with <= MANY_BOUND, "{n} flows: {with}");
+        assert!(
+            without > MANY_BOUND,
+            "{n} flows without the floor: {without}"
+        );
+    }
+}
+
+/// The most of C many flows may carry: a shaper more than 2% over its rate
+/// moves the queue back into the modem.
+const MANY_BOUND: f64 = 1.02;
+
 fn udp_beside_aimd(accounting: Accounting) -> f64 {
     let mut sc = Scenario::new(C50, 20 * SEC)
         .with(FlowSpec::always(Source::aimd_ms(20)))

@@ -8,6 +8,7 @@
 
 use shaper::bpf::test_run::SkBuff;
 use shaper_common::{
+    committed::{self, CLOCK_SLOT_SHIFT},
     counters::Counter,
     fair::{
         EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, MULT_ONE, average_scheduled, roll_epoch,
@@ -260,6 +261,53 @@ fn roll_with_one_packet(
     })
 }
 
+/// Rolls the epoch with one packet, as [`roll_with_one_packet`], with `n`
+/// committed flows whose clocks lie `slots_ahead` clock slots past the
+/// start of the epoch before now; returns the multiplier after the roll in
+/// the kernel and in the library.
+fn roll_with_committed(n: u64, slots_ahead: u64) -> (u64, u64) {
+    in_one_epoch(|| {
+        let mut h = Harness::load();
+        one_set(&mut h);
+        let now_epoch = monotonic_ns() >> EPOCH_SHIFT;
+        let rolled = (now_epoch - 1) << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT);
+        let mut state = FairState {
+            epoch: now_epoch - 1,
+            // Eight flows in this window: the cap (9) is above the floor.
+            active_now: 8,
+            clock_slot: rolled,
+            committed: n,
+            ..FairState::default()
+        };
+        // The finished epoch was full, so the feedback alone keeps m at 1.
+        state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = EPOCH_NS;
+        state.clock_counts[committed::slot_index(rolled + slots_ahead)] = n;
+        h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
+        h.run(&udp4_ecn(1000, 0).bytes, None);
+        let after = h.fair.get(&0, 0).expect("read");
+        let mut library = state;
+        roll_epoch(&mut library, now_epoch);
+        (after.epoch == now_epoch).then_some((after.mult_q16, library.mult_q16))
+    })
+}
+
+#[test]
+fn committed_flows_floor_the_multiplier_until_their_clocks_run_out() {
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    // Six flows with clocks 20 slots (21 ms) ahead: m rises from 1 to 6 at
+    // once, in the kernel as in the library.
+    let (kernel, library) = roll_with_committed(6, 20);
+    assert_eq!(kernel, 6 * MULT_ONE);
+    assert_eq!(kernel, library);
+    // The same flows with clocks that ran out in the finished epoch leave
+    // the count: m stays where the feedback puts it.
+    let (kernel, library) = roll_with_committed(6, 3);
+    assert_eq!(kernel, MULT_ONE);
+    assert_eq!(kernel, library);
+}
+
 #[test]
 fn the_multiplier_is_capped_by_the_active_flows() {
     if !require(&[Need::Bpf]) {
@@ -270,6 +318,7 @@ fn the_multiplier_is_capped_by_the_active_flows() {
     // is one whether or not the epoch change also starts a new window).
     let state = FairState {
         mult_q16: 8 * MULT_ONE,
+        mult_feedback_q16: 8 * MULT_ONE,
         active_last: 1,
         active_now: 1,
         ..FairState::default()
@@ -286,6 +335,7 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
     }
     let state = FairState {
         mult_q16: 2 * MULT_ONE,
+        mult_feedback_q16: 2 * MULT_ONE,
         // Three flows sent in this window: the cap (4) is above what the
         // update asks.
         active_now: 3,

@@ -3,7 +3,8 @@
 //!
 //! The pacer step is the BPF classifier's sequence on a private copy of the
 //! shared state (see the module header of [`super`]): roll the epoch, decide,
-//! count the kept packet's transmission time in its departure slot. Events
+//! move the flow's clock in the committed count, count the kept packet's
+//! transmission time in its slot. Events
 //! at the same instant run in the order they were queued, so a run is a
 //! function of the scenario alone.
 
@@ -354,7 +355,11 @@ impl Sim<'_> {
         if count_active(&mut f.entry, self.fair.epoch) {
             self.fair.active_now += 1;
         }
+        let clock_before = f.entry.t_next_ns;
         let verdict = decide(&mut f.entry, &pkt, mult, &params);
+        if self.sc.committed_floor {
+            self.fair.move_clock(clock_before, f.entry.t_next_ns);
+        }
         let v = &mut f.report.verdicts;
         match verdict {
             Verdict::Pass => v.pass += 1,
@@ -368,12 +373,13 @@ impl Sim<'_> {
             && count_backlogged(&mut f.entry, self.fair.epoch)
         {
             self.fair.backlogged_now += 1;
-            self.fair.mult_q16 = join_mult(
+            let joined = join_mult(
                 self.fair.mult_q16,
                 self.fair.backlogged_now,
                 self.fair.backlogged_ref_q8.div_ceil(256),
                 mult_cap(self.fair.active_last, self.fair.active_now),
             );
+            self.fair.set_joined_mult(joined);
         }
         let Some(stamp) = verdict.departure_ns(now) else {
             // Noticed about one RTT after the flow's next departure.

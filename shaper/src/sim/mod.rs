@@ -161,6 +161,10 @@ pub struct Scenario {
     pub accounting: Accounting,
     /// Pacing (egress with sch_fq, the default) or policing at ingress.
     pub mode: Mode,
+    /// The committed flows floor the multiplier
+    /// (`shaper_common::committed`), as in the classifier; off, for
+    /// comparison, the accepted-traffic feedback and the cap alone set it.
+    pub committed_floor: bool,
 }
 
 /// Where the pacer's decision acts.
@@ -235,6 +239,7 @@ impl Scenario {
             flows: Vec::new(),
             accounting: Accounting::Decision,
             mode: Mode::Pace,
+            committed_floor: true,
         }
     }
 

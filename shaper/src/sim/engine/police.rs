@@ -126,12 +126,12 @@ impl Sim<'_> {
         }
         if r.virtual_delay_ns > 0 && count_backlogged(&mut f.entry, self.fair.epoch) {
             self.fair.backlogged_now += 1;
-            self.fair.mult_q16 = join_mult(
+            self.fair.set_joined_mult(join_mult(
                 self.fair.mult_q16,
                 self.fair.backlogged_now,
                 self.fair.backlogged_ref_q8.div_ceil(256),
                 mult_cap(self.fair.active_last, self.fair.active_now),
-            );
+            ));
         }
         self.fair.scheduled_ns[departure_slot(self.fair.epoch, now)] += tx_ns;
         f.report.delays.push((now, r.virtual_delay_ns));
