@@ -171,6 +171,7 @@ pub fn to_json(st: &IfaceStatus) -> String {
             "share_bytes_per_s": f.share_bytes_per_s(c.rate_bytes_per_s),
             "active_flows": f.active_flows(),
             "backlogged_flows": f.backlogged_flows(),
+            "committed_flows": f.committed_flows(),
             "epoch_updates": f.updates,
         });
     }
@@ -345,11 +346,12 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
                 if let Some(f) = &st.fair {
                     let _ = writeln!(
                         s,
-                        "  fair share: {} bytes/s per backlogged flow (m = {:.2}); {} flows active, {} backlogged",
+                        "  fair share: {} bytes/s per backlogged flow (m = {:.2}); {} flows active, {} backlogged, {} committed",
                         f.share_bytes_per_s(c.rate_bytes_per_s),
                         f.mult_q16 as f64 / MULT_ONE as f64,
                         f.active_flows(),
-                        f.backlogged_flows()
+                        f.backlogged_flows(),
+                        f.committed_flows()
                     );
                 }
             }

@@ -4,8 +4,8 @@
 //! the name (`_seconds`, `_bytes`), `_total` on counters. Per interface:
 //! the kernel's exact counters as `shaper_<name>_total`, its gauges as
 //! `shaper_<name>` (the fair pacer's `fair_multiplier`,
-//! `fair_share_bytes_per_second`, `fair_active_flows` and
-//! `fair_backlogged_flows`), the sampled
+//! `fair_share_bytes_per_second`, `fair_active_flows`,
+//! `fair_backlogged_flows` and `fair_committed_flows`), the sampled
 //! delay as a summary `shaper_delay_seconds{quantile=…}`, and
 //! `shaper_flows`. Per flow, only the top N by rate (bounding label
 //! cardinality): `shaper_flow_rate_bytes_per_second`,

@@ -39,8 +39,8 @@ where
 
 /// The fair pacer's gauges from its shared state and configuration: the
 /// multiplier `m`, the share each backlogged flow gets (the rate over
-/// `m`), and the active and backlogged flow counts as `shaper status`
-/// reports them. Empty when a map cannot be read.
+/// `m`), and the active, backlogged and committed flow counts as `shaper
+/// status` reports them. Empty when a map cannot be read.
 pub fn fair_gauges(state: &FairState, config: &PacerConfig) -> Vec<(&'static str, f64)> {
     let m = state.mult_q16.max(MULT_ONE);
     vec![
@@ -51,6 +51,7 @@ pub fn fair_gauges(state: &FairState, config: &PacerConfig) -> Vec<(&'static str
         ),
         ("fair_active_flows", state.active_flows() as f64),
         ("fair_backlogged_flows", state.backlogged_flows() as f64),
+        ("fair_committed_flows", state.committed_flows() as f64),
     ]
 }
 
@@ -98,9 +99,11 @@ mod tests {
     fn fair_gauges_show_the_share_and_the_counts() {
         let state = FairState {
             mult_q16: 2 * MULT_ONE,
+            mult_feedback_q16: 2 * MULT_ONE,
             active_now: 3,
             active_last: 2,
             backlogged_ref_q8: 300,
+            committed: 4,
             ..FairState::default()
         };
         let rate = shaper_common::rate::ScaledRate::from_bytes_per_s(1_000_000).expect("rate");
@@ -113,6 +116,7 @@ mod tests {
                 ("fair_share_bytes_per_second", 500_000.0),
                 ("fair_active_flows", 3.0),
                 ("fair_backlogged_flows", 2.0),
+                ("fair_committed_flows", 4.0),
             ]
         );
     }

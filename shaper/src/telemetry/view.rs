@@ -43,7 +43,8 @@ fn gauges_json(g: &[(&'static str, f64)]) -> Value {
     Value::Object(g.iter().map(|(n, v)| ((*n).to_owned(), json!(v))).collect())
 }
 
-/// The fair share as text, e.g. ` share 1/1.00 (active 2, backlogged 1)`,
+/// The fair share as text, e.g. ` share=1/1.00 (active 2, backlogged 1,
+/// committed 1)`,
 /// or nothing without the fair pacer's gauges.
 fn share_text(s: &Summary) -> String {
     let g = |name: &str| s.gauges.iter().find(|(n, _)| *n == name).map(|(_, v)| *v);
@@ -51,9 +52,10 @@ fn share_text(s: &Summary) -> String {
         g("fair_multiplier"),
         g("fair_active_flows"),
         g("fair_backlogged_flows"),
+        g("fair_committed_flows"),
     ) {
-        (Some(m), Some(a), Some(b)) => {
-            format!(" share=1/{m:.2} (active {a:.0}, backlogged {b:.0})")
+        (Some(m), Some(a), Some(b), Some(c)) => {
+            format!(" share=1/{m:.2} (active {a:.0}, backlogged {b:.0}, committed {c:.0})")
         }
         _ => String::new(),
     }
