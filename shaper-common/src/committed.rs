@@ -96,8 +96,10 @@ pub fn clock_move(old_ns: u64, new_ns: u64, rolled_slot: u64) -> Move {
     }
 }
 
-/// Clock slots per epoch: an epoch change by one epoch expires this many.
-pub const SLOTS_PER_EPOCH: u64 = 1 << (crate::fair::EPOCH_SHIFT - CLOCK_SLOT_SHIFT);
+/// Clock slots per epoch of the fair share's update (2^23 ns): an epoch
+/// change by one epoch expires this many. `crate::fair` asserts that the
+/// two lengths agree.
+pub const SLOTS_PER_EPOCH: u64 = 8;
 
 /// The ring and its count on a private copy, as the simulator and the tests
 /// keep it; the classifier keeps the same fields in its shared state.

@@ -137,6 +137,7 @@ pub struct FairState {
 }
 
 const _: () = assert!(core::mem::size_of::<FairState>() == 4312);
+const _: () = assert!(1 << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT) == committed::SLOTS_PER_EPOCH);
 
 impl committed::Ring for FairState {
     #[inline(always)]
