@@ -43,13 +43,26 @@ use tracing::debug;
 
 use super::{FlowTable, Summary, Window, flow_label};
 
+/// Connections the kernel completes and queues before [`serve`] accepts
+/// them. A burst of connects beyond the queue has its SYNs dropped, and
+/// each such client, a scraper among them, waits out a SYN retransmission
+/// (a second at first), so the queue is sized for bursts rather than left
+/// at the usual 128. The kernel caps it at `net.core.somaxconn`.
+pub const LISTEN_BACKLOG: i32 = 1024;
+
 /// Binds the metrics listener. Commands call this before they change
 /// anything, so an address in use is refused with nothing to undo.
 pub fn bind(addr: std::net::SocketAddr) -> Result<std::net::TcpListener, super::TelemetryError> {
+    use socket2::{Domain, Socket, Type};
     let listen = |source| super::TelemetryError::Listen { addr, source };
-    let l = std::net::TcpListener::bind(addr).map_err(listen)?;
-    l.set_nonblocking(true).map_err(listen)?;
-    Ok(l)
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, None).map_err(listen)?;
+    // As std's listeners do: a restart can bind while old connections
+    // linger in TIME_WAIT.
+    s.set_reuse_address(true).map_err(listen)?;
+    s.bind(&addr.into()).map_err(listen)?;
+    s.listen(LISTEN_BACKLOG).map_err(listen)?;
+    s.set_nonblocking(true).map_err(listen)?;
+    Ok(s.into())
 }
 
 fn escape(v: &str) -> String {
