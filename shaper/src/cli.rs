@@ -9,7 +9,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 
 use crate::{
-    config::parse_duration,
+    duration::{DURATION_HELP, parse_duration},
     pacer::{PacerArgs, PacerKind, parse_rtt},
     rate::Rate,
 };
@@ -28,10 +28,6 @@ pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
 }
-
-/// The one duration rule, printed under every `--help`.
-pub const DURATION_HELP: &str = "Every DURATION is a number and a unit: h, m, s, ms, us or ns \
-     (10s, 500ms, 1.5s, 10m). A bare number is refused.";
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]

@@ -154,42 +154,6 @@ fn random_seed() -> u64 {
     h.finish()
 }
 
-/// The one duration syntax of every command and flag (`--help` says it
-/// too): a number and a unit, `ns`, `us`, `ms`, `s`, `m` or `h` (`2s`,
-/// `500ms`, `1.5s`, `10m`). A bare number is refused rather than guessed:
-/// tc reads one as microseconds, people as seconds. Each flag checks its own
-/// range after this.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("'{s}' is not a duration: write e.g. 2s, 500ms or 10m"))?;
-    let scale_ns = match unit {
-        "h" => 3600e9,
-        "m" => 60e9,
-        "s" => 1e9,
-        "ms" => 1e6,
-        "us" => 1e3,
-        "ns" => 1.0,
-        "" => return Err(format!("'{s}' has no unit: write e.g. {s}s or {s}ms")),
-        _ => {
-            return Err(format!(
-                "'{s}' has an unknown unit '{unit}': use h, m, s, ms, us or ns"
-            ));
-        }
-    };
-    let ns = value * scale_ns;
-    if !ns.is_finite() || !(0.0..=1e18).contains(&ns) {
-        return Err(format!("'{s}' is out of range"));
-    }
-    // Bounded above, so the cast is exact enough and cannot wrap.
-    Ok(Duration::from_nanos(ns.round() as u64))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -251,63 +215,5 @@ mod tests {
         assert_ne!(p.flags & FLAG_FAIR, 0);
         assert_eq!(p.flow_sets_mask, 8191);
         assert_eq!((p.target_ns, p.interval_ns), (5_000_000, 100_000_000));
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("2s"), Ok(Duration::from_secs(2)));
-        assert_eq!(parse_duration("1.5s"), Ok(Duration::from_millis(1500)));
-        assert_eq!(parse_duration("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_duration("100us"), Ok(Duration::from_micros(100)));
-        assert_eq!(parse_duration("10m"), Ok(Duration::from_secs(600)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        let bare = parse_duration("10").expect_err("a bare number");
-        assert!(bare.contains("no unit") && bare.contains("10s"), "{bare}");
-        for bad in ["", "2", "s", "2 s", "2d", "-1s", "1e3s"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
-    }
-}
-
-/// The duration and rate parsers under arbitrary input: no panic, and every
-/// error names what it was given.
-#[cfg(test)]
-mod parser_properties {
-    use proptest::prelude::*;
-
-    use super::parse_duration;
-    use crate::rate::Rate;
-
-    proptest! {
-        #[test]
-        fn durations_never_panic_and_errors_name_the_input(s in "\\PC{0,40}") {
-            if let Err(e) = parse_duration(&s) {
-                prop_assert!(e.contains(s.trim()), "{e:?} does not name {s:?}");
-            }
-        }
-
-        #[test]
-        fn near_miss_durations_never_panic(n in "[0-9.]{0,25}", u in "(h|m|s|ms|us|ns|x|)") {
-            let s = format!("{n}{u}");
-            if let Err(e) = parse_duration(&s) {
-                prop_assert!(e.contains(s.trim()), "{e:?} does not name {s:?}");
-            }
-        }
-
-        #[test]
-        fn rates_never_panic_and_errors_name_the_input(s in "\\PC{0,40}") {
-            if let Err(e) = s.parse::<Rate>() {
-                let shown = e.to_string();
-                prop_assert!(
-                    s.trim().is_empty() || shown.contains(s.trim()),
-                    "{shown:?} does not name {s:?}"
-                );
-            }
-        }
-
-        #[test]
-        fn near_miss_rates_never_panic(n in "-?[0-9.]{0,30}", u in "(kbit|mbit|gbit|tbit|bit|mbps|kbps|bps|k|)") {
-            let _ = format!("{n}{u}").parse::<Rate>();
-        }
     }
 }

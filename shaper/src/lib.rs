@@ -13,6 +13,7 @@ pub mod checks;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod duration;
 pub mod gso;
 pub mod ifb;
 pub mod ingress;

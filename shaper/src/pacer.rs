@@ -186,7 +186,7 @@ pub fn parse_rtt(s: &str) -> Result<Duration, String> {
     if let Some((_, d)) = RTT_PRESETS.iter().find(|(n, _)| *n == s) {
         return Ok(*d);
     }
-    crate::config::parse_duration(s).map_err(|e| {
+    crate::duration::parse_duration(s).map_err(|e| {
         let names: Vec<&str> = RTT_PRESETS.iter().map(|(n, _)| *n).collect();
         format!("{e}, or a preset: {}", names.join(", "))
     })

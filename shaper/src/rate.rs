@@ -406,3 +406,30 @@ mod tests {
         assert_eq!(r.scaled().tx_time_ns(1500), 600_000);
     }
 }
+
+/// The rate parser under arbitrary input: no panic, and every error names
+/// what it was given.
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::Rate;
+
+    proptest! {
+        #[test]
+        fn rates_never_panic_and_errors_name_the_input(s in "\\PC{0,40}") {
+            if let Err(e) = s.parse::<Rate>() {
+                let shown = e.to_string();
+                prop_assert!(
+                    s.trim().is_empty() || shown.contains(s.trim()),
+                    "{shown:?} does not name {s:?}"
+                );
+            }
+        }
+
+        #[test]
+        fn near_miss_rates_never_panic(n in "-?[0-9.]{0,30}", u in "(kbit|mbit|gbit|tbit|bit|mbps|kbps|bps|k|)") {
+            let _ = format!("{n}{u}").parse::<Rate>();
+        }
+    }
+}

@@ -51,14 +51,14 @@ use std::{path::PathBuf, time::Duration};
 use anyhow::{Context, Result};
 use serde_json::{Value, json};
 
-use crate::{config::parse_duration, rate::Rate};
+use crate::{duration::parse_duration, rate::Rate};
 
 /// Identifies the JSON layout; bumped when a key changes meaning.
 pub const SCHEMA: &str = "shaper-bench/1";
 
 /// Arguments of `shaper bench`.
 #[derive(Debug, clap::Args)]
-#[command(after_help = crate::cli::DURATION_HELP)]
+#[command(after_help = crate::duration::DURATION_HELP)]
 pub struct BenchArgs {
     /// Also write the results as JSON to FILE.
     #[arg(long, value_name = "FILE")]

@@ -22,14 +22,14 @@ use crate::rate::Rate;
 
 /// Arguments of `shaper lab`.
 #[derive(Debug, Args)]
-#[command(after_help = crate::cli::DURATION_HELP)]
+#[command(after_help = crate::duration::DURATION_HELP)]
 pub struct LabArgs {
     /// Shaping rate of every state that shapes (tc syntax, e.g. 50mbit).
     #[arg(long, value_name = "RATE", default_value = "50mbit")]
     pub rate: Rate,
     /// Extra round-trip delay of the WAN path, emulated with netem on the
     /// server side of the router.
-    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = crate::config::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = crate::duration::parse_duration)]
     pub rtt: Duration,
     /// The emulated access link's rate beyond the router, both directions
     /// (default: the shaping rate / 0.9, as sqm-scripts shapes at 85–95%).
@@ -37,10 +37,10 @@ pub struct LabArgs {
     pub link_rate: Option<Rate>,
     /// The access link's buffer, as drain time at its rate: the bloat the
     /// states are there to cure. 0ms leaves the path without a bottleneck.
-    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = crate::config::parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "200ms", value_parser = crate::duration::parse_duration)]
     pub link_buffer: Duration,
     /// Measured load per direction (default 30s, or 5s with --quick).
-    #[arg(long, value_name = "DURATION", value_parser = crate::trace::parse_trace_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_run_duration)]
     pub duration: Option<Duration>,
     /// States to compare, in order, comma-separated: none, cake (egress
     /// and, on an IFB, ingress), fq_codel (egress), shaper (egress, and

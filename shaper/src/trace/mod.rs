@@ -65,14 +65,14 @@ const RING_BYTES: u32 = 4 << 20;
 
 /// Arguments of `shaper trace`.
 #[derive(Debug, Args)]
-#[command(after_help = crate::cli::DURATION_HELP)]
+#[command(after_help = crate::duration::DURATION_HELP)]
 pub struct TraceArgs {
     /// Interface whose qdisc sojourn to measure.
     #[arg(long, value_name = "IF")]
     pub iface: String,
     /// Stop after this long: seconds (`10`) or a duration (`10s`, `500ms`).
     /// Without it, run until SIGINT or SIGTERM.
-    #[arg(long, value_name = "DURATION", value_parser = parse_trace_duration)]
+    #[arg(long, value_name = "DURATION", value_parser = crate::duration::parse_run_duration)]
     pub duration: Option<Duration>,
     /// Newline-delimited JSON records instead of text.
     #[arg(long)]
@@ -83,18 +83,6 @@ pub struct TraceArgs {
     /// Flows shown in the live view and exported per flow.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
-}
-
-/// Parses `--duration` in the one duration syntax ([`crate::config::parse_duration`]):
-/// 1 ms to one year.
-pub fn parse_trace_duration(s: &str) -> Result<Duration, String> {
-    let d = crate::config::parse_duration(s)?;
-    if d < Duration::from_millis(1) || d > Duration::from_secs(366 * 86_400) {
-        return Err(format!(
-            "'{s}' is out of range: give 1ms to 1 year, e.g. --duration 10s"
-        ));
-    }
-    Ok(d)
 }
 
 /// Usage errors of `shaper trace` (exit 2; nothing attached).
@@ -382,19 +370,6 @@ pub fn run(args: TraceArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn duration_parses_seconds_and_units_and_rejects_nonsense() {
-        assert_eq!(parse_trace_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(
-            parse_trace_duration("500ms"),
-            Ok(Duration::from_millis(500))
-        );
-        for bad in ["0", "0s", "10", "-1", "abc", "10 parsecs", "2000y"] {
-            let e = parse_trace_duration(bad).expect_err(bad);
-            assert!(e.contains(bad.trim()) || e.contains("unit"), "{bad}: {e}");
-        }
-    }
 
     #[test]
     fn resolves_offsets_of_the_host_kernel() {
