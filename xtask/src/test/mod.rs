@@ -54,7 +54,9 @@ pub struct TestArgs {
     /// The edit loop: lint, unit, host, and the compatibility tier on 6.12.
     #[arg(long, conflicts_with = "kernels")]
     quick: bool,
-    /// Only run tests whose name contains this (passed to the test binaries).
+    /// Only run tests whose name contains this: a unit test's path, or an
+    /// integration test's `FILE::TEST` as the runner prints it (e.g.
+    /// `ingress_vm` or `lone_flows`).
     #[arg(long)]
     filter: Option<String>,
 }
@@ -225,16 +227,24 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
         end(&stages)?;
         return Ok(1);
     };
-    let matches = |test: &str| {
-        args.filter
-            .as_ref()
-            .is_none_or(|f| test.contains(f.as_str()))
+    let matches = |bin: &Path, test: &str| {
+        args.filter.as_ref().is_none_or(|f| {
+            format!("{}::{test}", exec::binary_name(bin)).contains(f.as_str())
+        })
     };
+    if let Some(f) = &args.filter
+        && planned(&listed, matches).is_empty()
+    {
+        println!(
+            "xtask test: no integration test matches --filter {f}; only the unit tests it \
+             matched ran"
+        );
+    }
     let shaper_env = ("SHAPER_BIN".to_owned(), shaper_bin.display().to_string());
 
     stage("host kernel", &mut || {
         let plan = exec::Plan {
-            tests: planned(&listed, |_, t| matches(t)),
+            tests: planned(&listed, matches),
             log_dir: root.join("target/test-runs/host/logs"),
             cwd: tests_dir.clone(),
             strict: false,
@@ -270,7 +280,7 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
                     .with_context(|| format!("cannot create {}", dir.display()))?;
                 let plan = exec::Plan {
                     tests: planned(&listed, |b, t| {
-                        tier.selects(&exec::binary_name(b), t) && matches(t)
+                        tier.selects(&exec::binary_name(b), t) && matches(b, t)
                     }),
                     log_dir: dir.join("logs"),
                     cwd: tests_dir.clone(),
