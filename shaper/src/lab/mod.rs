@@ -51,6 +51,7 @@
 pub mod cases;
 pub mod cli;
 pub mod cpu;
+pub mod measured;
 pub mod ping;
 pub mod plot;
 pub mod report;

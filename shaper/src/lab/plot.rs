@@ -8,7 +8,7 @@
 use anyhow::{Result, anyhow};
 use plotters::prelude::*;
 
-use super::{run::LabRun, stats::percentile};
+use super::{measured::LabRun, stats::percentile};
 
 const SIZE: (u32, u32) = (800, 480);
 

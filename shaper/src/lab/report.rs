@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::{
-    run::{CpuSample, LabRun, LoadPhase, StateRun},
+    measured::{CpuSample, LabRun, LoadPhase, StateRun},
     stats::{mean, percentile},
 };
 use crate::lab::traffic::IperfReport;
