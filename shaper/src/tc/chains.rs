@@ -15,8 +15,8 @@
 //! order that u32 numbering demands contradicts the chain order, the
 //! snapshot is refused.
 
-use super::filters::{Request, Step};
 use super::message::Handle;
+use super::step::{Request, Step};
 use super::{Snapshot, TcError, TcObject};
 
 /// Inserts the chain requests into `steps` (filter creations in their

@@ -18,14 +18,15 @@
 //!
 //! - **Element order.** bpf and basic list their elements newest first;
 //!   they are created in reverse dump order so the list reads the same.
-//! - **Chain order.** See `chains`.
+//! - **Chain order.** See `chains`; each creation is a `step::Step`.
 //!
 //! Non-goals: eBPF classifiers (refused in `check`), shared blocks.
 
 use std::collections::BTreeSet;
 
 use super::fixups::filter_attrs as replay_attrs;
-use super::message::{Attr, Handle, TCA_CHAIN, TCA_KIND};
+use super::message::{Attr, TCA_CHAIN, TCA_KIND};
+use super::step::Step;
 use super::{Snapshot, TcError, TcObject, U32Root, chains};
 
 /// `TC_U32_ROOT`: as a handle in a u32 request, "this filter's root table".
@@ -38,59 +39,6 @@ const U32_FIRST_ROOT_HTID: u32 = 0x800;
 /// True for a u32 hash-table handle (`htid:`, no bucket, no key).
 pub(crate) fn is_u32_table(handle: u32) -> bool {
     handle != 0 && handle & !U32_HTID_MASK == 0
-}
-
-/// One filter creation: the `tcmsg` fields and attributes to send.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct Step {
-    /// `RTM_NEWTFILTER` or, for a chain of its own, `RTM_NEWCHAIN`.
-    pub what: Request,
-    pub parent: u32,
-    pub handle: u32,
-    pub info: u32,
-    pub attrs: Vec<Attr>,
-}
-
-/// What a [`Step`] creates.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Request {
-    Filter,
-    Chain,
-}
-
-impl Step {
-    fn filter(parent: u32, handle: u32, info: u32, attrs: Vec<Attr>) -> Self {
-        Self {
-            what: Request::Filter,
-            parent,
-            handle,
-            info,
-            attrs,
-        }
-    }
-
-    /// The chain this step creates or puts a filter into.
-    pub fn chain(&self) -> u32 {
-        super::message::find(&self.attrs, TCA_CHAIN)
-            .and_then(Attr::as_u32)
-            .unwrap_or(0)
-    }
-
-    /// "u32 filter 0x80000800 (pref 1, chain 0) on 1:", "chain 7 on 1:".
-    pub fn describe(&self) -> String {
-        let kind = super::message::find(&self.attrs, TCA_KIND).and_then(Attr::as_str);
-        match self.what {
-            Request::Chain => format!("chain {} on {}", self.chain(), Handle(self.parent)),
-            Request::Filter => format!(
-                "{} filter {:#x} (pref {}, chain {}) on {}",
-                kind.unwrap_or("?"),
-                self.handle,
-                self.info >> 16,
-                self.chain(),
-                Handle(self.parent)
-            ),
-        }
-    }
 }
 
 /// One filter (`struct tcf_proto`): parent, chain and `tcm_info`.

@@ -54,6 +54,7 @@ mod order;
 mod probe;
 mod restore;
 mod snapshot;
+mod step;
 
 use std::io;
 

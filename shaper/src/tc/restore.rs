@@ -27,13 +27,13 @@
 
 use std::collections::BTreeSet;
 
-use super::filters::Request;
 use super::fixups::qdisc_attrs;
 use super::message::{
     Attr, Handle, RTM_DELQDISC, RTM_NEWCHAIN, RTM_NEWQDISC, RTM_NEWTCLASS, RTM_NEWTFILTER,
     TC_H_ROOT, TcMessage, TcMsg,
 };
 use super::netlink::{NLM_F_CREATE, NLM_F_EXCL, Netlink};
+use super::step::Request;
 use super::{Snapshot, TcError, TcObject, actions, dump, dump_qdiscs, filters, iface, open, order};
 
 /// Puts `snapshot`'s tree back on its interface, replacing whatever root
