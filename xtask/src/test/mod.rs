@@ -228,9 +228,9 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
         return Ok(1);
     };
     let matches = |bin: &Path, test: &str| {
-        args.filter.as_ref().is_none_or(|f| {
-            format!("{}::{test}", exec::binary_name(bin)).contains(f.as_str())
-        })
+        args.filter
+            .as_ref()
+            .is_none_or(|f| format!("{}::{test}", exec::binary_name(bin)).contains(f.as_str()))
     };
     if let Some(f) = &args.filter
         && planned(&listed, matches).is_empty()

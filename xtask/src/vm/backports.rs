@@ -24,7 +24,7 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 
 use super::Tools;
-use super::kernel::{run_captured, version_cmp};
+use super::debs::{find_deb, run_captured, version_cmp};
 
 /// The suite that carries Linux 7.x for Debian 13.
 const SUITE: &str = "trixie-backports";
@@ -73,7 +73,7 @@ pub(crate) fn fetch(vm_dir: &Path, dest: &Path, tools: &Tools) -> Result<(String
     )?;
     let debs = packages
         .iter()
-        .map(|p| super::kernel::find_deb(dest, p))
+        .map(|p| find_deb(dest, p))
         .collect::<Result<Vec<_>>>()?;
     Ok((release, debs))
 }

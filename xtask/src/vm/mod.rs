@@ -33,6 +33,7 @@
 //! amd64 flavour.
 
 mod backports;
+mod debs;
 mod elf;
 mod guard;
 mod initramfs;
