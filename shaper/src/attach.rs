@@ -1,7 +1,7 @@
 //! Attaching the shaper to an interface and undoing it exactly.
 //!
 //! Attach, in order; nothing before step 4 changes the system, and every step
-//! from 4 on is recorded before it is taken, so `undo` (on SIGINT/SIGTERM, on
+//! from 4 on is recorded before it is taken, so `crate::undo` (on SIGINT/SIGTERM, on
 //! a failed step, or from `shaper cleanup` after SIGKILL) knows what to undo:
 //! 1. snapshot the root qdisc tree (refusing one that cannot be restored);
 //! 2. load the BPF object and have the verifier accept the classifier;
@@ -12,24 +12,18 @@
 //!    with TCX (>= 6.6), else a cls_bpf filter on clsact (created if absent);
 //! 7. pin the maps so `shaper status` can read them from another process.
 //!
-//! `undo` reverses 7..5 and removes the record, tolerating any part already
+//! The undo reverses 7..5 and removes the record, tolerating any part already
 //! gone (a vanished bpffs, a deleted interface, a dead process).
 //!
 //! Non-goals: sharing an interface with another egress shaper; this one owns
 //! the root qdisc while it runs.
 
-use std::{fs, io, path::Path};
+use std::fs;
 
 use aya::{
     Ebpf, EbpfLoader,
-    maps::{Array, Map, MapError},
-    programs::{
-        ProgramError, SchedClassifier, TcAttachType,
-        links::{FdLink, Link as _, LinkError, PinnedLink},
-        tc::{NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle},
-    },
-    sys::SyscallError,
-    util::KernelVersion,
+    maps::{Array, Map},
+    programs::{SchedClassifier, TcAttachType},
 };
 use shaper_common::{EGRESS_PROGRAM, config::PacerConfig, fair::FairState, maps};
 use tracing::{info, warn};
@@ -39,95 +33,13 @@ use crate::{
     checks::CheckError,
     config::RunConfig,
     gso,
-    link::{Link, link_by_name},
-    state::{AttachMode, Paths, Record, ensure_bpffs, remove_record},
+    hook::{AttachError, attach_classifier, ensure_clsact, kernel_has_tcx, pin_err, tc_err},
+    link::Link,
+    pins,
+    state::{AttachMode, Paths, Record, ensure_bpffs},
     tc,
+    undo::undo,
 };
-
-/// File names of the pinned objects inside the pin directory.
-pub mod pins {
-    /// The pacer's configuration map.
-    pub const CONFIG: &str = "config";
-    /// The per-CPU counters map.
-    pub const COUNTERS: &str = "counters";
-    /// The aggregate clock map.
-    pub const AGGREGATE: &str = "aggregate";
-    /// The fair pacer's shared state.
-    pub const FAIR: &str = "fair";
-    /// The flow table.
-    pub const FLOWS: &str = "flows";
-    /// The TCX link.
-    pub const LINK: &str = "link";
-}
-
-/// Failures while attaching or undoing. Each says which step failed.
-#[derive(Debug, thiserror::Error)]
-pub enum AttachError {
-    /// A command for a running pacer found none on this interface.
-    #[error(
-        "'{iface}' is not shaped by a running shaper in this network namespace: start one with \
-         `shaper run --iface {iface} --rate RATE`"
-    )]
-    NotShaped {
-        /// The interface named.
-        iface: String,
-    },
-    /// A pre-change check failed (usage error; nothing changed).
-    #[error(transparent)]
-    Check(#[from] CheckError),
-    /// The embedded object is missing.
-    #[error(transparent)]
-    Object(#[from] bpf::ObjectError),
-    /// Loading the object or the program failed.
-    #[error("loading the BPF program failed: {detail}")]
-    Load {
-        /// What aya said, with the verifier log if any.
-        detail: String,
-    },
-    /// A traffic-control change failed.
-    #[error("{step} on '{iface}' failed")]
-    Tc {
-        /// The step.
-        step: &'static str,
-        /// The interface.
-        iface: String,
-        /// The cause.
-        #[source]
-        source: tc::TcError,
-    },
-    /// Attaching or detaching the classifier failed.
-    #[error("{step} on '{iface}' failed: {detail}")]
-    Classifier {
-        /// The step.
-        step: &'static str,
-        /// The interface.
-        iface: String,
-        /// What aya said.
-        detail: String,
-    },
-    /// State files or pins.
-    #[error(transparent)]
-    State(#[from] crate::state::StateError),
-    /// Lowering or restoring the device's GSO size.
-    #[error("on '{iface}'")]
-    Gso {
-        /// The interface.
-        iface: String,
-        /// The cause.
-        #[source]
-        source: crate::gso::GsoError,
-    },
-    /// Pinning or reading pinned objects.
-    #[error("{op} {path}: {detail}")]
-    Pin {
-        /// What was being done.
-        op: &'static str,
-        /// The path.
-        path: String,
-        /// What went wrong.
-        detail: String,
-    },
-}
 
 /// A shaped interface, owned by the `shaper run` process.
 pub struct Shaped {
@@ -137,32 +49,6 @@ pub struct Shaped {
     pub paths: Paths,
     /// The loaded object; keeps the maps open for telemetry.
     pub ebpf: Ebpf,
-}
-
-/// True when the kernel has TCX (Linux 6.6, commit e420bed02507).
-pub fn kernel_has_tcx() -> bool {
-    KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
-}
-
-pub(crate) fn tc_err(step: &'static str, iface: &str) -> impl FnOnce(tc::TcError) -> AttachError {
-    let iface = iface.to_owned();
-    move |source| AttachError::Tc {
-        step,
-        iface,
-        source,
-    }
-}
-
-pub(crate) fn pin_err(
-    op: &'static str,
-    path: &Path,
-    detail: impl std::fmt::Display,
-) -> AttachError {
-    AttachError::Pin {
-        op,
-        path: path.display().to_string(),
-        detail: detail.to_string(),
-    }
 }
 
 /// Loads the classifier and fills its configuration; the flow table gets
@@ -359,7 +245,7 @@ fn attach_steps(
 
     // 6. The classifier.
     fs::create_dir_all(&paths.pin_dir).map_err(|e| pin_err("create", &paths.pin_dir, e))?;
-    clear_pins(&paths.pin_dir);
+    pins::clear(&paths.pin_dir);
     if !kernel_has_tcx() {
         ensure_clsact(link, paths, record)?;
     }
@@ -393,297 +279,12 @@ fn attach_steps(
     Ok(())
 }
 
-/// Creates the clsact qdisc on `link` unless it has one, recording first
-/// that the shaper made it (so `undo` removes it).
-pub(crate) fn ensure_clsact(
-    link: &Link,
-    paths: &Paths,
-    record: &mut Record,
-) -> Result<(), AttachError> {
-    let iface = link.name.as_str();
-    if record.created_clsact
-        || tc::has_clsact(link.ifindex).map_err(tc_err("looking for clsact", iface))?
-    {
-        return Ok(());
-    }
-    record.created_clsact = true;
-    record.store(&paths.record)?;
-    tc::add_clsact(link.ifindex).map_err(tc_err("adding the clsact qdisc", iface))
-}
-
-/// Attaches `program` at `link`'s hook `ty`: a TCX link pinned at
-/// `link_pin` on kernels with TCX, else a cls_bpf filter on clsact (which
-/// must exist). `recorded` is called with the mode once attached and before
-/// the link is pinned, so the state record names it first.
-pub(crate) fn attach_classifier(
-    program: &mut SchedClassifier,
-    link: &Link,
-    ty: TcAttachType,
-    link_pin: &Path,
-    mut recorded: impl FnMut(AttachMode) -> Result<(), AttachError>,
-) -> Result<(), AttachError> {
-    let iface = link.name.as_str();
-    let classifier_err = |step: &'static str| {
-        move |e: aya::programs::ProgramError| AttachError::Classifier {
-            step,
-            iface: iface.to_owned(),
-            detail: format!("{e:#}"),
-        }
-    };
-    if kernel_has_tcx() {
-        let id = program
-            .attach_with_options(
-                iface,
-                ty,
-                TcAttachOptions::TcxOrder(aya::programs::LinkOrder::default()),
-            )
-            .map_err(classifier_err("attaching the classifier by TCX"))?;
-        let tc_link = program
-            .take_link(id)
-            .map_err(classifier_err("taking the TCX link"))?;
-        let fd_link: FdLink =
-            tc_link
-                .try_into()
-                .map_err(|e: LinkError| AttachError::Classifier {
-                    step: "converting the TCX link",
-                    iface: iface.to_owned(),
-                    detail: e.to_string(),
-                })?;
-        recorded(AttachMode::Tcx)?;
-        // Dropping the returned PinnedLink closes our fd; the pin keeps the
-        // link (and so the program) attached until `undo` removes it.
-        fd_link
-            .pin(link_pin)
-            .map_err(|e| pin_err("pin the TCX link at", link_pin, e))?;
-    } else {
-        let id = program
-            .attach_with_options(iface, ty, TcAttachOptions::Netlink(NlOptions::default()))
-            .map_err(classifier_err("attaching the classifier to clsact"))?;
-        let tc_link = program
-            .take_link(id)
-            .map_err(classifier_err("taking the tc link"))?;
-        let priority = tc_link
-            .priority()
-            .map_err(classifier_err("reading the filter priority"))?;
-        let handle = tc_link
-            .handle()
-            .map_err(classifier_err("reading the filter handle"))?;
-        recorded(AttachMode::Netlink {
-            priority,
-            handle: u32::from(handle),
-        })?;
-        // Forget the link object: the filter stays until `undo` deletes it.
-        std::mem::forget(tc_link);
-    }
-    Ok(())
-}
-
-/// Detaches what [`attach_classifier`] attached at hook `ty`, as `mode`
-/// says; anything already gone is fine.
-pub(crate) fn detach_classifier(
-    iface: &str,
-    ty: TcAttachType,
-    mode: Option<AttachMode>,
-    link_pin: &Path,
-    present: bool,
-) -> Result<(), AttachError> {
-    match mode {
-        Some(AttachMode::Tcx) => match PinnedLink::from_pin(link_pin) {
-            Ok(pinned) => pinned
-                .unpin()
-                .map(drop)
-                .map_err(|e| pin_err("unpin the TCX link at", link_pin, e)),
-            Err(LinkError::SyscallError(SyscallError { io_error, .. }))
-                if io_error.kind() == io::ErrorKind::NotFound =>
-            {
-                Ok(())
-            }
-            Err(e) => Err(pin_err("open the TCX link at", link_pin, e)),
-        },
-        // Filters live on the clsact qdisc and go with it: an undo cut
-        // short after deleting it leaves nothing to detach.
-        Some(AttachMode::Netlink { .. } | AttachMode::Mirred { .. })
-            if present && clsact_gone(iface) =>
-        {
-            Ok(())
-        }
-        Some(AttachMode::Netlink { priority, handle }) if present => {
-            SchedClassifierLink::attached(iface, ty, priority, TcHandle::from(handle), None)
-                .map_err(|e| e.to_string())
-                .and_then(|l| match l.detach() {
-                    // Already gone (e.g. clsact deleted by hand) is fine.
-                    Err(ProgramError::NetlinkError(e))
-                        if e.raw_os_error() == Some(libc::ENOENT) =>
-                    {
-                        Ok(())
-                    }
-                    other => other.map_err(|e| format!("{e:#}")),
-                })
-                .map_err(|detail| AttachError::Classifier {
-                    step: "detaching the classifier",
-                    iface: iface.to_owned(),
-                    detail,
-                })
-        }
-        Some(AttachMode::Mirred { priority, handle }) if present => {
-            let ifindex = crate::link::link_by_name(iface)
-                .map_err(|e| e.to_string())
-                .map(|l| l.ifindex);
-            ifindex
-                .and_then(|i| {
-                    tc::delete_ingress_redirect(i, tc::FilterId { priority, handle })
-                        .map_err(|e| e.to_string())
-                })
-                .map_err(|detail| AttachError::Classifier {
-                    step: "deleting the ingress redirect filter",
-                    iface: iface.to_owned(),
-                    detail,
-                })
-        }
-        _ => Ok(()),
-    }
-}
-
-/// True when `iface` is there and has no clsact qdisc. A failed lookup
-/// answers false, so the step that needs clsact runs and reports it.
-fn clsact_gone(iface: &str) -> bool {
-    crate::link::link_by_name(iface)
-        .ok()
-        .and_then(|l| tc::has_clsact(l.ifindex).ok())
-        .is_some_and(|has| !has)
-}
-
-/// Removes every pin in `dir` (not the directory); missing is fine.
-pub(crate) fn clear_pins(dir: &Path) {
-    if let Ok(entries) = fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let _ = fs::remove_file(e.path());
-        }
-    }
-}
-
-/// Undoes what `record` says was done, in reverse order, then removes the
-/// pins and the record. Tolerates parts already gone. Every step is tried; the
-/// first error is returned after all have run.
-pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
-    let iface = record.iface.as_str();
-    let mut first_err: Option<AttachError> = None;
-    let mut keep = |r: Result<(), AttachError>| {
-        if let Err(e) = r {
-            warn!(iface, error = %e, "undo step failed");
-            first_err.get_or_insert(e);
-        }
-    };
-
-    // The same interface still there? A deleted (or deleted and recreated)
-    // interface took its qdiscs and filters with it.
-    let present = match link_by_name(iface) {
-        Ok(l) => l.ifindex == record.ifindex,
-        Err(crate::link::LinkError::NotFound { .. }) => false,
-        Err(e) => {
-            keep(Err(AttachError::Classifier {
-                step: "looking up the interface",
-                iface: iface.to_owned(),
-                detail: e.to_string(),
-            }));
-            false
-        }
-    };
-    if !present {
-        info!(
-            iface,
-            "interface is gone; only removing the shaper's own state"
-        );
-    }
-
-    // Classifier.
-    keep(detach_classifier(
-        iface,
-        TcAttachType::Egress,
-        record.attach,
-        &paths.pin_dir.join(pins::LINK),
-        present,
-    ));
-    if let Some(ingress) = &record.ingress {
-        keep(crate::ingress::detach(record, ingress, paths, present));
-    }
-    if record.created_clsact && present && !clsact_gone(iface) {
-        keep(tc::delete_clsact(record.ifindex).map_err(tc_err("removing the clsact qdisc", iface)));
-    }
-
-    // Root qdisc: only if it is still ours; someone may have replaced it.
-    if record.replaced_root && present {
-        let snapshot =
-            tc::Snapshot::decode(&record.snapshot).map_err(tc_err("reading the record", iface));
-        let current =
-            tc::root_qdisc(record.ifindex).map_err(tc_err("reading the root qdisc", iface));
-        match (snapshot, current) {
-            (Ok(snap), Ok(current))
-                if root_is_ours(current.as_ref(), &snap, record.restoring_root) =>
-            {
-                // Said before the first step: a kill from here on leaves a
-                // root that the next undo restores again.
-                if !record.restoring_root {
-                    let mut r = record.clone();
-                    r.restoring_root = true;
-                    keep(r.store(&paths.record).map_err(AttachError::from));
-                }
-                keep(tc::restore(&snap).map_err(tc_err("restoring the saved qdiscs", iface)));
-            }
-            (Ok(_), Ok(_)) => warn!(
-                iface,
-                "the root qdisc is no longer the shaper's; leaving it as it is"
-            ),
-            (Err(e), _) | (_, Err(e)) => keep(Err(e)),
-        }
-    }
-
-    // GSO sizes.
-    if let (Some(before), true) = (record.gso_before, present) {
-        keep(
-            gso::set(record.ifindex, before).map_err(|source| AttachError::Gso {
-                iface: iface.to_owned(),
-                source,
-            }),
-        );
-    }
-
-    // Pins and record.
-    clear_pins(&paths.pin_dir);
-    let _ = fs::remove_dir(&paths.pin_dir);
-    keep(remove_record(&paths.record).map_err(AttachError::from));
-    match first_err {
-        None => Ok(()),
-        Some(e) => Err(e),
-    }
-}
-
-/// Whether the root qdisc `current` is the shaper's to restore: its own
-/// root, or, once a restore of `snapshot` has begun, what that restore
-/// leaves part-way (the kernel's default after its first step, or the
-/// snapshot's own root kind and handle with the tree under it unfinished).
-/// Anything else another tool put there, and it is left alone.
-fn root_is_ours(current: Option<&tc::QdiscInfo>, snapshot: &tc::Snapshot, restoring: bool) -> bool {
-    let Some(current) = current else {
-        // No root at all: a device that was never up; nothing to restore.
-        return false;
-    };
-    if current.handle == tc::SHAPER_HANDLE {
-        return true;
-    }
-    restoring
-        && (current.handle == 0
-            || snapshot
-                .root()
-                .is_some_and(|r| r.handle == current.handle && r.kind() == current.kind))
-}
-
 /// Changes the rate in the pinned configuration of a running pacer, and in
 /// its record. Returns the old rate in bytes/s. Fails with
 /// [`AttachError::NotShaped`] when the interface has no visible pins.
 pub fn set_rate(iface: &str, paths: &Paths, rate: crate::rate::Rate) -> Result<u64, AttachError> {
     let path = paths.pin_dir.join(pins::CONFIG);
-    let map = open_pinned(&path)?.ok_or_else(|| AttachError::NotShaped {
+    let map = pins::open(&path)?.ok_or_else(|| AttachError::NotShaped {
         iface: iface.to_owned(),
     })?;
     let mut array: Array<_, PacerConfig> =
@@ -704,70 +305,4 @@ pub fn set_rate(iface: &str, paths: &Paths, rate: crate::rate::Rate) -> Result<u
         record.store(&paths.record)?;
     }
     Ok(old)
-}
-
-/// Opens a pinned map; `None` when the pin is not visible.
-pub fn open_pinned(path: &Path) -> Result<Option<Map>, AttachError> {
-    match aya::maps::MapData::from_pin(path) {
-        Ok(data) => Map::from_map_data(data)
-            .map(Some)
-            .map_err(|e| pin_err("open", path, e)),
-        Err(MapError::SyscallError(SyscallError { io_error, .. }))
-            if io_error.kind() == io::ErrorKind::NotFound =>
-        {
-            Ok(None)
-        }
-        Err(e) => Err(pin_err("open", path, e)),
-    }
-}
-
-#[cfg(test)]
-mod root_tests {
-    use super::*;
-    use crate::tc::{Attr, QdiscInfo, Snapshot, TC_H_ROOT, TCA_KIND, TcObject};
-
-    fn snapshot_with_root(kind: &str, handle: u32) -> Snapshot {
-        Snapshot {
-            ifindex: 7,
-            qdiscs: vec![TcObject {
-                handle,
-                parent: TC_H_ROOT,
-                info: 0,
-                attrs: vec![Attr::string(TCA_KIND, kind)],
-            }],
-            classes: Vec::new(),
-            chains: Vec::new(),
-            filters: Vec::new(),
-            u32_roots: Vec::new(),
-        }
-    }
-
-    fn root(kind: &str, handle: u32) -> QdiscInfo {
-        QdiscInfo {
-            kind: kind.to_owned(),
-            handle,
-            parent: TC_H_ROOT,
-        }
-    }
-
-    #[test]
-    fn a_partly_restored_root_is_ours_only_while_a_restore_is_under_way() {
-        let snap = snapshot_with_root("htb", 0x0001_0000);
-        let shaper = root("fq", tc::SHAPER_HANDLE);
-        let htb = root("htb", 0x0001_0000);
-        let default = root("noqueue", 0);
-        let other = root("htb", 0x0002_0000);
-        // The shaper's own root is always ours.
-        assert!(root_is_ours(Some(&shaper), &snap, false));
-        // Before a restore began, anything else is another tool's.
-        for r in [&htb, &default, &other] {
-            assert!(!root_is_ours(Some(r), &snap, false), "{r}");
-        }
-        // Once begun: the restore's own steps are ours, another root is not.
-        assert!(root_is_ours(Some(&htb), &snap, true));
-        assert!(root_is_ours(Some(&default), &snap, true));
-        assert!(!root_is_ours(Some(&other), &snap, true));
-        assert!(!root_is_ours(Some(&root("tbf", 0x0001_0000)), &snap, true));
-        assert!(!root_is_ours(None, &snap, true));
-    }
 }

@@ -6,15 +6,17 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
 use crate::{
-    attach::{self, AttachError},
+    attach,
     checks::{self, Capabilities, CheckError, kernel_release},
     cli::RunArgs,
     config::RunConfig,
+    hook::{self, AttachError},
     ingress::{self, IngressMode},
     link::{Link, link_by_name},
     state::{self, Paths, Record, Roots},
     status, tc,
     telemetry::{self, Output, Pipeline, PipelineOptions},
+    undo,
 };
 
 /// Undoes on drop unless disarmed, so even a panic or an early return after
@@ -26,7 +28,7 @@ struct UndoGuard {
 impl UndoGuard {
     fn undo_now(&mut self) -> Result<(), AttachError> {
         match self.armed.take() {
-            Some((record, paths)) => attach::undo(&record, &paths),
+            Some((record, paths)) => undo::undo(&record, &paths),
             None => Ok(()),
         }
     }
@@ -62,12 +64,12 @@ pub fn check_kernel(egress: Option<&RunConfig>, ifb: Option<&RunConfig>) -> Resu
         });
     }
     if ifb.is_some()
-        && !attach::kernel_has_tcx()
+        && !hook::kernel_has_tcx()
         && !tc::probe_mirred().map_err(|e| probe_failed("matchall + mirred", e))?
     {
         return Err(CheckError::IfbNeedsMirred { release });
     }
-    if !attach::kernel_has_tcx() && !tc::probe_clsact().map_err(|e| probe_failed("clsact", e))? {
+    if !hook::kernel_has_tcx() && !tc::probe_clsact().map_err(|e| probe_failed("clsact", e))? {
         return Err(CheckError::NoClsact { release });
     }
     match aya::sys::is_program_supported(aya::programs::ProgramType::SchedClassifier) {
@@ -364,7 +366,7 @@ pub fn cleanup(iface: Option<String>, force: bool) -> Result<()> {
             }
             .into());
         }
-        attach::undo(&record, &paths).with_context(|| format!("cleaning up {name}"))?;
+        undo::undo(&record, &paths).with_context(|| format!("cleaning up {name}"))?;
         println!("{name}: restored");
         cleaned += 1;
     }

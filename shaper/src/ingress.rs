@@ -26,13 +26,13 @@
 //!    `tc::mirred`), and stop;
 //! 6. pin its maps under `<pin dir>/ingress/`.
 //!
-//! `detach` (called by `attach::undo`, before clsact is removed) reverses
-//! 6 to 3: the redirect goes first, so no packet is sent to an IFB that is
-//! being dismantled. Invariants: nothing here touches the interface's root
+//! `crate::undo` reverses 6 to 3 before it removes clsact: the redirect
+//! goes first, so no packet is sent to an IFB that is being dismantled.
+//! Invariants: nothing here touches the interface's root
 //! qdisc. Non-goals: telemetry records from the ingress programs (counters
 //! only).
 
-use std::{fs, path::PathBuf};
+use std::fs;
 
 use aya::{
     Ebpf, EbpfLoader,
@@ -43,16 +43,17 @@ use shaper_common::{POLICE_PROGRAM, REDIRECT_PROGRAM, counters::Counter, maps};
 use tracing::{info, warn};
 
 use crate::{
-    attach::{
-        AttachError, attach_classifier, classifier_named, clear_pins, detach_classifier,
-        ensure_clsact, init_fair, kernel_has_tcx, pin_err, pins, set_entry0, undo, write_config,
-    },
+    attach::{classifier_named, init_fair, set_entry0, write_config},
     bpf,
     config::RunConfig,
+    counters::get,
+    hook::{AttachError, attach_classifier, ensure_clsact, kernel_has_tcx, pin_err},
     ifb,
     link::{Link, link_by_name},
+    pins,
     state::{AttachMode, IfbRecord, IngressRecord, Paths, Record, ensure_bpffs},
     tc,
+    undo::undo,
 };
 
 /// How download traffic is shaped.
@@ -72,17 +73,6 @@ pub struct Ingress {
     pub ebpf: Ebpf,
     /// `ifb` mode: the pacer shaping the IFB.
     pub ifb: Option<crate::attach::Shaped>,
-}
-
-/// The policer's extra pin: its virtual link.
-pub const PIN_POLICE_LINK: &str = "police_link";
-
-/// The redirect target's pin (`ifb` mode).
-pub const PIN_REDIRECT: &str = "redirect";
-
-/// Where the ingress program's pins live.
-pub fn pin_dir(paths: &Paths) -> PathBuf {
-    paths.pin_dir.join("ingress")
 }
 
 /// Loads the ingress program of `mode` with `config`'s settings at its
@@ -236,9 +226,9 @@ fn attach_steps(
             return attach_mirred(link, ifb_ifindex.ifindex, paths, record);
         }
     }
-    let dir = pin_dir(paths);
+    let dir = pins::ingress_dir(paths);
     fs::create_dir_all(&dir).map_err(|e| pin_err("create", &dir, e))?;
-    clear_pins(&dir);
+    pins::clear(&dir);
     let link_pin = dir.join(pins::LINK);
     attach_classifier(
         program(ebpf, mode)?,
@@ -257,8 +247,8 @@ fn attach_steps(
         (maps::COUNTERS, pins::COUNTERS),
         (maps::FAIR, pins::FAIR),
         (maps::FLOWS, pins::FLOWS),
-        (maps::POLICE_LINK, PIN_POLICE_LINK),
-        (maps::REDIRECT, PIN_REDIRECT),
+        (maps::POLICE_LINK, pins::POLICE_LINK),
+        (maps::REDIRECT, pins::REDIRECT),
     ] {
         let path = dir.join(file);
         let map: &Map = ebpf
@@ -308,51 +298,6 @@ fn attach_mirred(
     Ok(())
 }
 
-/// Detaches the ingress program `ingress` names and removes its pins.
-/// Anything already gone is fine.
-pub fn detach(
-    record: &Record,
-    ingress: &IngressRecord,
-    paths: &Paths,
-    present: bool,
-) -> Result<(), AttachError> {
-    let dir = pin_dir(paths);
-    let detached = detach_classifier(
-        &record.iface,
-        TcAttachType::Ingress,
-        ingress.attach,
-        &dir.join(pins::LINK),
-        present,
-    );
-    clear_pins(&dir);
-    let _ = fs::remove_dir(&dir);
-    let ifb = match &ingress.ifb {
-        Some(f) => remove_ifb(f, paths),
-        None => Ok(()),
-    };
-    detached.and(ifb)
-}
-
-/// Undoes the IFB's own shaping (its record, if any) and deletes the IFB.
-fn remove_ifb(f: &IfbRecord, paths: &Paths) -> Result<(), AttachError> {
-    let ifb_paths = paths.sibling(&f.name);
-    let shaping = match Record::load(&ifb_paths.record) {
-        Ok(Some(r)) => undo(&r, &ifb_paths),
-        Ok(None) => Ok(()),
-        Err(e) => Err(e.into()),
-    };
-    let removed = if f.ifindex == 0 {
-        Ok(())
-    } else {
-        ifb::remove(&f.name, f.ifindex).map_err(|e| AttachError::Classifier {
-            step: "removing the IFB",
-            iface: f.name.clone(),
-            detail: e.to_string(),
-        })
-    };
-    shaping.and(removed)
-}
-
 /// The policer's counters, summed over the CPUs.
 pub fn counters(ebpf: &Ebpf) -> Result<Vec<(Counter, u64)>, AttachError> {
     let map = ebpf.map(maps::COUNTERS).ok_or_else(|| AttachError::Load {
@@ -361,12 +306,7 @@ pub fn counters(ebpf: &Ebpf) -> Result<Vec<(Counter, u64)>, AttachError> {
     let array: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(|e| AttachError::Load {
         detail: format!("{}: {e}", maps::COUNTERS),
     })?;
-    Ok(crate::status::sum_counters(&array))
-}
-
-/// Counter `c` in `counts` (0 when absent).
-pub fn get(counts: &[(Counter, u64)], c: Counter) -> u64 {
-    counts.iter().find(|(k, _)| *k == c).map_or(0, |(_, n)| *n)
+    Ok(crate::counters::sum_per_cpu(&array))
 }
 
 /// One line on what the policer did.

@@ -2,8 +2,9 @@
 //! and the benchmarks all drive the same code.
 //!
 //! Data path, top to bottom: `cli` → `config` (validated) → `checks`
-//! (nothing changed yet) → `attach` (qdisc snapshot, sch_fq, classifier, pins)
-//! → `status` (counters) → `detach`/`cleanup` (restore exactly).
+//! (nothing changed yet) → `attach` and `ingress` (qdisc snapshot, sch_fq,
+//! the classifiers at their `hook`s, `pins`) → `status` (`counters`) →
+//! `undo`, on exit or from `cleanup` (restore exactly).
 
 pub mod attach;
 pub mod bench;
@@ -13,14 +14,17 @@ pub mod checks;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod counters;
 pub mod duration;
 pub mod gso;
+pub mod hook;
 pub mod ifb;
 pub mod ingress;
 pub mod lab;
 pub mod link;
 pub mod observe;
 pub mod pacer;
+pub mod pins;
 pub mod rate;
 pub mod sim;
 pub mod state;
@@ -28,4 +32,5 @@ pub mod status;
 pub mod tc;
 pub mod telemetry;
 pub mod trace;
+pub mod undo;
 pub mod watch;

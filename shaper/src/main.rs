@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 use shaper::{
-    attach::AttachError, checks::CheckError, cli, commands, config::ConfigError, link::LinkError,
+    checks::CheckError, cli, commands, config::ConfigError, hook::AttachError, link::LinkError,
     rate::RateError,
 };
 use tracing_subscriber::EnvFilter;

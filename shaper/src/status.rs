@@ -12,8 +12,9 @@ use shaper_common::{
 };
 
 use crate::{
-    attach::{AttachError, open_pinned, pins},
+    hook::AttachError,
     link::link_by_name,
+    pins,
     rate::Rate,
     state::{AttachMode, Record, Roots, recorded_ifaces},
     tc,
@@ -80,19 +81,19 @@ pub fn collect(
         } else {
             None
         };
-        let config = open_pinned(&paths.pin_dir.join(pins::CONFIG))?
+        let config = pins::open(&paths.pin_dir.join(pins::CONFIG))?
             .and_then(|m| Array::<_, PacerConfig>::try_from(m).ok())
             .and_then(|a| a.get(&0, 0).ok());
-        let counters = open_pinned(&paths.pin_dir.join(pins::COUNTERS))?
+        let counters = pins::open(&paths.pin_dir.join(pins::COUNTERS))?
             .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
-            .map(|a| sum_counters(&a));
-        let fair = open_pinned(&paths.pin_dir.join(pins::FAIR))?
+            .map(|a| crate::counters::sum_per_cpu(&a));
+        let fair = pins::open(&paths.pin_dir.join(pins::FAIR))?
             .and_then(|m| Array::<_, FairState>::try_from(m).ok())
             .and_then(|a| a.get(&0, 0).ok());
         let ingress_counters = match record.ingress {
-            Some(_) => open_pinned(&crate::ingress::pin_dir(&paths).join(pins::COUNTERS))?
+            Some(_) => pins::open(&pins::ingress_dir(&paths).join(pins::COUNTERS))?
                 .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
-                .map(|a| sum_counters(&a)),
+                .map(|a| crate::counters::sum_per_cpu(&a)),
             None => None,
         };
         out.push(IfaceStatus {
@@ -107,23 +108,6 @@ pub fn collect(
         });
     }
     Ok(out)
-}
-
-/// Every counter of a `SHAPER_COUNTERS` map, summed over the CPUs (an
-/// unreadable slot counts 0).
-pub fn sum_counters<T: std::borrow::Borrow<aya::maps::MapData>>(
-    a: &PerCpuArray<T, u64>,
-) -> Vec<(Counter, u64)> {
-    Counter::ALL
-        .iter()
-        .map(|&c| {
-            let sum = a
-                .get(&(c as u32), 0)
-                .map(|v| v.iter().copied().fold(0u64, u64::wrapping_add))
-                .unwrap_or(0);
-            (c, sum)
-        })
-        .collect()
 }
 
 /// One JSON object for `shaper status --json`: the record's essentials, the
@@ -250,7 +234,7 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
     }
     match &st.ingress_counters {
         Some(counters) => {
-            let get = |c: Counter| crate::ingress::get(counters, c);
+            let get = |c: Counter| crate::counters::get(counters, c);
             let _ = writeln!(
                 s,
                 "    packets {}, ce_marked {}, police_drop {}, police_withheld {}, police_clamped {}",

@@ -44,7 +44,7 @@ use shaper_common::{
 
 use super::ObserveError;
 use crate::{
-    attach::{open_pinned, pins},
+    pins,
     tc::{
         message::{Attr, parse_attrs},
         netlink::Netlink,
@@ -381,7 +381,7 @@ pub struct ShaperTable {
 pub fn open_shaper_table(pin_dir: &Path) -> Result<ShaperTable, String> {
     let open = |file: &str| -> Result<aya::maps::Map, String> {
         let path = pin_dir.join(file);
-        match open_pinned(&path) {
+        match pins::open(&path) {
             Ok(Some(m)) => Ok(m),
             Ok(None) => Err(format!(
                 "no shaper pacer is attached to this interface ({} is absent)",

@@ -42,8 +42,8 @@ use tracing::{info, warn};
 
 use super::{ObserveError, report::Counts};
 use crate::{
-    attach::kernel_has_tcx,
     bpf,
+    hook::kernel_has_tcx,
     link::Link,
     tc::{
         self,

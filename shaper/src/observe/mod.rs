@@ -34,8 +34,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::info;
 
 use crate::{
-    attach::kernel_has_tcx,
     checks::{Capabilities, CheckError, kernel_release},
+    hook::kernel_has_tcx,
     link::link_by_name,
     state::{self, Roots},
     tc,
