@@ -26,30 +26,26 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use shaper_common::{
-    committed::{self, CLOCK_SLOT_SHIFT, CLOCK_SLOTS, SLOTS_PER_EPOCH},
     config::{FLAG_DELIVERY_MONO, FLAG_TELEMETRY, PacerConfig},
     counters::Counter,
-    ecn,
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
     fair::{
-        EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, average_scheduled, backlogged_reference,
-        bound_mult, count_active, count_backlogged, decide, join_mult, mult_cap, roll_active,
-        slots_to_clear, update_mult, window_ends,
+        EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, count_active, count_backlogged, decide,
+        join_mult, mult_cap,
     },
     rate::wire_len_bytes,
 };
 
 use crate::{
     atomic,
-    hook::{count_and_classify, flow_entry},
+    ce::mark_ce,
+    fair_state::{move_clock, roll_epoch},
+    hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry},
     maps::{AGGREGATE, CONFIG, FAIR, count},
-    parse::{Class, Ecn},
+    parse::Class,
     telemetry::{Outcome, report, stash},
 };
-
-pub(crate) const TC_ACT_UNSPEC: i32 = -1;
-pub(crate) const TC_ACT_SHOT: i32 = 2;
 
 #[classifier]
 pub fn shaper_egress(ctx: TcContext) -> i32 {
@@ -233,155 +229,6 @@ fn fair(
     Ok(action)
 }
 
-/// Moves a flow whose clock went from `old_ns` to `new_ns` in the
-/// committed count (`shaper_common::committed::clock_move`), with atomic
-/// adds (a decrement adds `u64::MAX`).
-///
-/// # Safety
-/// `state` must come from the map lookup of this program run.
-#[inline(always)]
-unsafe fn move_clock(state: *mut shaper_common::fair::FairState, old_ns: u64, new_ns: u64) {
-    // SAFETY (all blocks below): the caller's contract; every shared field
-    // is accessed atomically, and the ring indices are below CLOCK_SLOTS.
-    let rolled = unsafe { atomic::load(&raw const (*state).clock_slot) };
-    let mv = committed::clock_move(old_ns, new_ns, rolled);
-    if mv.leave < CLOCK_SLOTS {
-        let c = unsafe { &raw mut (*state).clock_counts[mv.leave & (CLOCK_SLOTS - 1)] };
-        unsafe { atomic::add(c, u64::MAX) };
-    }
-    if mv.join < CLOCK_SLOTS {
-        let c = unsafe { &raw mut (*state).clock_counts[mv.join & (CLOCK_SLOTS - 1)] };
-        unsafe { atomic::add(c, 1) };
-    }
-    if mv.delta != 0 {
-        unsafe { atomic::add(&raw mut (*state).committed, mv.delta) };
-    }
-}
-
-/// Expires the committed count to `now_slot` and, when an activity window
-/// ends, recomputes it from the ring; returns it as the floor reads it
-/// (`shaper_common::committed::{expire, recount}`, with atomics: what the
-/// expiry removes is subtracted, so that other CPUs' moves meanwhile stay
-/// counted). Loops of a constant length without branches, which the
-/// verifier walks once.
-///
-/// # Safety
-/// As for [`move_clock`].
-#[inline(always)]
-unsafe fn roll_committed(
-    state: *mut shaper_common::fair::FairState,
-    now_slot: u64,
-    recount: bool,
-) -> u64 {
-    // SAFETY (all blocks below): as for `move_clock`; every index is
-    // reduced below CLOCK_SLOTS.
-    let slot_p = unsafe { &raw mut (*state).clock_slot };
-    let count_p = unsafe { &raw mut (*state).committed };
-    let counts = unsafe { &raw mut (*state).clock_counts };
-    let rolled = unsafe { atomic::load(slot_p) };
-    unsafe { atomic::store(slot_p, now_slot) };
-    if now_slot.wrapping_sub(rolled) == SLOTS_PER_EPOCH {
-        let mut gone = 0u64;
-        for i in 0..SLOTS_PER_EPOCH {
-            let idx = committed::slot_index(rolled + 1 + i) & (CLOCK_SLOTS - 1);
-            let c = unsafe { &raw mut (*counts)[idx] };
-            gone = gone.wrapping_add(unsafe { atomic::load(c) });
-            unsafe { atomic::store(c, 0) };
-        }
-        unsafe { atomic::add(count_p, gone.wrapping_neg()) };
-    } else {
-        for i in 0..CLOCK_SLOTS {
-            unsafe { atomic::store(&raw mut (*counts)[i], 0) };
-        }
-        unsafe { atomic::store(count_p, 0) };
-    }
-    if recount {
-        let mut sum = 0u64;
-        for i in 0..CLOCK_SLOTS {
-            sum = sum.wrapping_add(unsafe { atomic::load(&raw const (*counts)[i]) });
-        }
-        unsafe { atomic::store(count_p, sum) };
-    }
-    committed::count_or_zero(unsafe { atomic::load(count_p) })
-}
-
-/// Moves the shared state to `epoch` if this CPU is the first to see it
-/// (a CSFQ update per finished epoch, their ring slots cleared;
-/// the same steps as `shaper_common::fair::roll_epoch`), and returns the
-/// fair-share multiplier to use. `COMMITTED`: the pacer keeps the
-/// committed count (`shaper_common::committed`) and floors the multiplier
-/// with it; the policer, whose clocks are virtual, does not.
-///
-/// # Safety
-/// `state` must come from the map lookup of this program run.
-#[inline(always)]
-pub(crate) unsafe fn roll_epoch<const COMMITTED: bool>(
-    state: *mut shaper_common::fair::FairState,
-    epoch: u64,
-) -> u64 {
-    // SAFETY (all blocks below): the caller's contract; every shared field
-    // is accessed atomically.
-    let (ep, mult) = unsafe { (&raw mut (*state).epoch, &raw mut (*state).mult_q16) };
-    let old = unsafe { atomic::load(ep) };
-    if epoch <= old || !unsafe { atomic::compare_exchange(ep, old, epoch) } {
-        return unsafe { atomic::load(mult) };
-    }
-    // The committed count first, while few verifier states reach here: its
-    // loops are walked once per state.
-    let now_slot = epoch << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT);
-    let committed = if COMMITTED {
-        unsafe { roll_committed(state, now_slot, window_ends(old, epoch)) }
-    } else {
-        0
-    };
-    // One update per finished epoch, each from its own slot, which is then
-    // cleared for reuse (see `shaper_common::fair::roll_epoch`).
-    let ring = EPOCH_RING as u64;
-    let finished = slots_to_clear(old, epoch);
-    let feedback = unsafe { &raw mut (*state).mult_feedback_q16 };
-    let mut m = unsafe { atomic::load(feedback) };
-    let avg_p = unsafe { &raw mut (*state).scheduled_avg_ns };
-    let mut avg = unsafe { atomic::load(avg_p) };
-    for j in 0..ring {
-        if j < finished {
-            let slot = unsafe { &raw mut (*state).scheduled_ns[((old + j) % ring) as usize] };
-            avg = average_scheduled(avg, unsafe { atomic::load(slot) });
-            m = update_mult(m, avg);
-            unsafe { atomic::store(slot, 0) };
-        }
-    }
-    // Activity windows (`shaper_common::fair::roll_active`). Stored only
-    // when a window ends: storing back the loaded values every epoch lost
-    // any count another CPU added between the load and the store. At a
-    // window's end such an increment can still be lost: the cap is a bound
-    // with one flow of slack, not a measurement.
-    let last_p = unsafe { &raw mut (*state).active_last };
-    let active_p = unsafe { &raw mut (*state).active_now };
-    let (last0, active0) = unsafe { (atomic::load(last_p), atomic::load(active_p)) };
-    let (last, active) = roll_active(last0, active0, old, epoch);
-    let window_end = window_ends(old, epoch);
-    if window_end {
-        unsafe { atomic::store(last_p, last) };
-        unsafe { atomic::store(active_p, active) };
-    }
-    let cap = mult_cap(last, active);
-    unsafe { atomic::store(feedback, if m > cap { cap } else { m }) };
-    let m = bound_mult(m, cap, committed);
-    unsafe { atomic::store(avg_p, avg) };
-    unsafe { atomic::store(mult, m) };
-    let now_p = unsafe { &raw mut (*state).backlogged_now };
-    let ref_p = unsafe { &raw mut (*state).backlogged_ref_q8 };
-    let r = backlogged_reference(
-        unsafe { atomic::load(ref_p) },
-        unsafe { atomic::load(now_p) },
-        finished,
-    );
-    unsafe { atomic::store(ref_p, r) };
-    unsafe { atomic::store(now_p, 0) };
-    unsafe { atomic::add(&raw mut (*state).updates, 1) };
-    m
-}
-
 /// Writes the departure time (monotonic ns) sch_fq enforces; on an IFB
 /// fed from ingress (`FLAG_DELIVERY_MONO`) through `bpf_skb_set_tstamp`,
 /// which also marks it a mono delivery time.
@@ -412,33 +259,6 @@ fn stamp_now_if_mono(ctx: &TcContext, config: &PacerConfig, now_ns: u64) {
 
 /// `BPF_SKB_TSTAMP_DELIVERY_MONO` in `include/uapi/linux/bpf.h`.
 const BPF_SKB_TSTAMP_DELIVERY_MONO: u32 = 1;
-
-/// Sets the ECN field to CE (RFC 3168). True when the packet carries CE
-/// afterwards. An IPv4 header's TOS byte and checksum are rewritten by one
-/// store (`shaper_common::ecn`), so a failure leaves the header whole;
-/// false then, and for a packet that is not ECN-capable, which the caller
-/// drops instead, as CoDel drops what it cannot mark.
-#[inline(always)]
-pub(crate) fn mark_ce(ctx: &TcContext, e: Ecn) -> bool {
-    if !e.present {
-        return false;
-    }
-    if e.bits == ecn::CE {
-        return true;
-    }
-    let off = e.l3_off as usize;
-    if e.ipv4 {
-        let Ok(mut h) = ctx.load::<[u8; ecn::IPV4_CE_SPAN]>(off) else {
-            return false;
-        };
-        ecn::ipv4_set_ce(&mut h) && ctx.store(off, &h, 0).is_ok()
-    } else {
-        let Ok(mut b1) = ctx.load::<u8>(off + 1) else {
-            return false;
-        };
-        ecn::ipv6_set_ce(&mut b1) && ctx.store(off + 1, &b1, 0).is_ok()
-    }
-}
 
 /// The aggregate pacer (Cilium's design).
 #[inline(always)]

@@ -20,6 +20,12 @@ use crate::{
 };
 use aya_ebpf::programs::TcContext;
 
+/// `TC_ACT_UNSPEC`: "next", which lets later programs on the hook run and
+/// then passes the packet, under TCX and under a direct-action cls_bpf.
+pub(crate) const TC_ACT_UNSPEC: i32 = -1;
+/// `TC_ACT_SHOT`: drop.
+pub(crate) const TC_ACT_SHOT: i32 = 2;
+
 /// Parses `ctx`'s frame and counts it by class; a frame cut short inside a
 /// header it announces counts as truncated and gets flow 0.
 #[inline(always)]

@@ -12,7 +12,11 @@
 #[cfg(target_arch = "bpf")]
 mod atomic;
 #[cfg(target_arch = "bpf")]
+mod ce;
+#[cfg(target_arch = "bpf")]
 mod egress;
+#[cfg(target_arch = "bpf")]
+mod fair_state;
 #[cfg(target_arch = "bpf")]
 mod hook;
 #[cfg(target_arch = "bpf")]

@@ -25,8 +25,9 @@ use shaper_common::{
 
 use crate::{
     atomic,
-    egress::{TC_ACT_SHOT, TC_ACT_UNSPEC, mark_ce, roll_epoch},
-    hook::{count_and_classify, flow_entry},
+    ce::mark_ce,
+    fair_state::roll_epoch,
+    hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry},
     maps::{CONFIG, FAIR, POLICE_LINK, count},
 };
 

@@ -12,7 +12,7 @@ use aya_ebpf::{helpers::bpf_redirect, macros::classifier, programs::TcContext};
 use shaper_common::counters::Counter;
 
 use crate::{
-    egress::TC_ACT_UNSPEC,
+    hook::TC_ACT_UNSPEC,
     maps::{REDIRECT, count},
 };
 
