@@ -19,9 +19,7 @@ use shaper_common::{
     rate::wire_len_bytes,
 };
 
-use crate::parse::classify;
-
-const TC_ACT_UNSPEC: i32 = -1;
+use crate::{hook::TC_ACT_UNSPEC, parse::classify};
 
 /// Packets and bytes per direction, per CPU.
 #[map(name = "OBSERVE_COUNTERS")]
