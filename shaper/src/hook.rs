@@ -89,6 +89,9 @@ pub enum AttachError {
         #[source]
         source: crate::gso::GsoError,
     },
+    /// Reading a counter array.
+    #[error(transparent)]
+    Counters(#[from] crate::counters::CounterError),
     /// Pinning or reading pinned objects.
     #[error("{op} {path}: {detail}")]
     Pin {

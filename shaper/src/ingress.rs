@@ -46,7 +46,7 @@ use crate::{
     attach::{classifier_named, init_fair, set_entry0, write_config},
     bpf,
     config::RunConfig,
-    counters::get,
+    counters::CounterSnapshot,
     hook::{AttachError, attach_classifier, ensure_clsact, kernel_has_tcx, pin_err},
     ifb,
     link::{Link, link_by_name},
@@ -299,34 +299,34 @@ fn attach_mirred(
 }
 
 /// The policer's counters, summed over the CPUs.
-pub fn counters(ebpf: &Ebpf) -> Result<Vec<(Counter, u64)>, AttachError> {
+pub fn counters(ebpf: &Ebpf) -> Result<CounterSnapshot, AttachError> {
     let map = ebpf.map(maps::COUNTERS).ok_or_else(|| AttachError::Load {
         detail: format!("the object has no map {}", maps::COUNTERS),
     })?;
     let array: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(|e| AttachError::Load {
         detail: format!("{}: {e}", maps::COUNTERS),
     })?;
-    Ok(crate::counters::sum_per_cpu(&array))
+    Ok(CounterSnapshot::read(&array)?)
 }
 
 /// One line on what the policer did.
-pub fn summary(counts: &[(Counter, u64)]) -> String {
+pub fn summary(counts: &CounterSnapshot) -> String {
     format!(
         "shaper: ingress police: {} packets, {} CE-marked, {} dropped, {} signals withheld by \
          the one-in-four cap, {} clocks pulled back to the horizon",
-        get(counts, Counter::Packets),
-        get(counts, Counter::CeMarked),
-        get(counts, Counter::PoliceDrop),
-        get(counts, Counter::PoliceWithheld),
-        get(counts, Counter::PoliceClamped),
+        counts[Counter::Packets],
+        counts[Counter::CeMarked],
+        counts[Counter::PoliceDrop],
+        counts[Counter::PoliceWithheld],
+        counts[Counter::PoliceClamped],
     )
 }
 
 /// The policer's counters as one JSON object, `{"ingress_counters": {..}}`.
-pub fn summary_json(counts: &[(Counter, u64)]) -> String {
+pub fn summary_json(counts: &CounterSnapshot) -> String {
     let map: serde_json::Map<String, serde_json::Value> = counts
         .iter()
-        .map(|(c, n)| (c.name().to_owned(), serde_json::Value::from(*n)))
+        .map(|(c, n)| (c.name().to_owned(), serde_json::Value::from(n)))
         .collect();
     serde_json::json!({ "ingress_counters": map }).to_string()
 }

@@ -12,7 +12,8 @@ use shaper_common::{
 };
 
 use crate::{
-    hook::AttachError,
+    counters::CounterSnapshot,
+    hook::{AttachError, pin_err},
     link::link_by_name,
     pins,
     rate::Rate,
@@ -40,12 +41,12 @@ pub struct IfaceStatus {
     /// The pacer's configuration, if the pins are visible here.
     pub config: Option<PacerConfig>,
     /// Counters summed over CPUs, if the pins are visible here.
-    pub counters: Option<Vec<(Counter, u64)>>,
+    pub counters: Option<CounterSnapshot>,
     /// The fair pacer's shared state, if the pins are visible here.
     pub fair: Option<FairState>,
     /// The ingress policer's counters, when ingress is shaped and its pins
     /// are visible here.
-    pub ingress_counters: Option<Vec<(Counter, u64)>>,
+    pub ingress_counters: Option<CounterSnapshot>,
 }
 
 impl IfaceStatus {
@@ -84,16 +85,12 @@ pub fn collect(
         let config = pins::open(&paths.pin_dir.join(pins::CONFIG))?
             .and_then(|m| Array::<_, PacerConfig>::try_from(m).ok())
             .and_then(|a| a.get(&0, 0).ok());
-        let counters = pins::open(&paths.pin_dir.join(pins::COUNTERS))?
-            .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
-            .map(|a| crate::counters::sum_per_cpu(&a));
+        let counters = read_counters(&paths.pin_dir.join(pins::COUNTERS))?;
         let fair = pins::open(&paths.pin_dir.join(pins::FAIR))?
             .and_then(|m| Array::<_, FairState>::try_from(m).ok())
             .and_then(|a| a.get(&0, 0).ok());
         let ingress_counters = match record.ingress {
-            Some(_) => pins::open(&pins::ingress_dir(&paths).join(pins::COUNTERS))?
-                .and_then(|m| PerCpuArray::<_, u64>::try_from(m).ok())
-                .map(|a| crate::counters::sum_per_cpu(&a)),
+            Some(_) => read_counters(&pins::ingress_dir(&paths).join(pins::COUNTERS))?,
             None => None,
         };
         out.push(IfaceStatus {
@@ -108,6 +105,15 @@ pub fn collect(
         });
     }
     Ok(out)
+}
+
+/// The counters pinned at `path`; `None` when the pin is not visible here.
+fn read_counters(path: &std::path::Path) -> Result<Option<CounterSnapshot>, AttachError> {
+    let Some(map) = pins::open(path)? else {
+        return Ok(None);
+    };
+    let array = PerCpuArray::<_, u64>::try_from(map).map_err(|e| pin_err("use", path, e))?;
+    Ok(Some(CounterSnapshot::read(&array)?))
 }
 
 /// One JSON object for `shaper status --json`: the record's essentials, the
@@ -165,11 +171,11 @@ pub fn to_json(st: &IfaceStatus) -> String {
     v.to_string()
 }
 
-fn counters_json(counters: &[(Counter, u64)]) -> serde_json::Value {
+fn counters_json(counters: &CounterSnapshot) -> serde_json::Value {
     serde_json::Value::Object(
         counters
             .iter()
-            .map(|(c, n)| (c.name().to_owned(), serde_json::Value::from(*n)))
+            .map(|(c, n)| (c.name().to_owned(), serde_json::Value::from(n)))
             .collect(),
     )
 }
@@ -234,7 +240,7 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
     }
     match &st.ingress_counters {
         Some(counters) => {
-            let get = |c: Counter| crate::counters::get(counters, c);
+            let get = |c: Counter| counters[c];
             let _ = writeln!(
                 s,
                 "    packets {}, ce_marked {}, police_drop {}, police_withheld {}, police_clamped {}",
@@ -343,7 +349,7 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
         match &st.counters {
             Some(counters) => {
                 let _ = writeln!(s, "  counters:");
-                for (c, v) in counters {
+                for (c, v) in counters.iter() {
                     let _ = writeln!(s, "    {:<16} {v}", c.name());
                 }
             }

@@ -125,7 +125,7 @@ impl Drop for Harness {
 }
 
 /// Counter values summed over CPUs, indexed by `Counter`.
-pub type Counts = [u64; Counter::COUNT as usize];
+pub type Counts = shaper::counters::CounterSnapshot;
 
 impl Harness {
     /// Loads the egress classifier; panics when it cannot (the test checked
@@ -278,15 +278,7 @@ impl Loaded {
     }
 
     pub fn counts(&self) -> Counts {
-        let mut out = [0; Counter::COUNT as usize];
-        for c in Counter::ALL {
-            let per_cpu = self
-                .counters
-                .get(&(c as u32), 0)
-                .expect("read SHAPER_COUNTERS");
-            out[c as usize] = per_cpu.iter().sum();
-        }
-        out
+        Counts::read(&self.counters).expect("read SHAPER_COUNTERS")
     }
 
     /// Runs one frame, panicking if the kernel refuses it.
@@ -347,7 +339,7 @@ pub fn assert_counts_moved(
     }
     let mut wrong = Vec::new();
     for c in Counter::ALL {
-        let got = after[c as usize].wrapping_sub(before[c as usize]);
+        let got = after.delta(before)[c];
         let exp = want.get(&c).copied().unwrap_or(0);
         if got != exp {
             wrong.push(format!("{}: +{got}, expected +{exp}", c.name()));

@@ -13,6 +13,7 @@ use aya::{
     maps::{MapData, PerCpuArray},
     programs::{SchedClassifier, TcAttachType},
 };
+use shaper::counters::CounterSnapshot;
 use shaper_common::{EGRESS_PROGRAM, config::PacerConfig, counters::Counter, maps};
 use shaper_tests::{
     netns::{NetNsGuard, sh, veth_pair},
@@ -123,7 +124,8 @@ fn hook_counters_equal_what_was_sent_and_detach_leaves_no_trace() {
     }
     let (tx_bytes1, tx_packets1) = tx_stats("va0");
 
-    let get = |c: Counter| -> u64 { counters.get(&(c as u32), 0).expect("read").iter().sum() };
+    let totals = CounterSnapshot::read(&counters).expect("read SHAPER_COUNTERS");
+    let get = |c: Counter| totals[c];
     let frame_bytes = HEADERS_BYTES + PAYLOAD_BYTES as u64;
     let all: Vec<(&str, u64)> = Counter::ALL.iter().map(|&c| (c.name(), get(c))).collect();
     eprintln!("counters: {all:?}");
@@ -220,7 +222,8 @@ fn device_without_link_header_is_parsed_from_the_ip_header() {
             // after the egress hook; send errors are irrelevant here.
             let _ = socket.send_to(&[7u8; 100], "10.79.0.2:9");
         }
-        let get = |c: Counter| -> u64 { counters.get(&(c as u32), 0).expect("read").iter().sum() };
+        let totals = CounterSnapshot::read(&counters).expect("read SHAPER_COUNTERS");
+        let get = |c: Counter| totals[c];
         let all: Vec<(&str, u64)> = Counter::ALL.iter().map(|&c| (c.name(), get(c))).collect();
         assert_eq!(get(Counter::Packets), 50, "has_l2 {has_l2}: {all:?}");
         assert_eq!(get(Counter::Bytes), 50 * (20 + 8 + 100), "{all:?}");

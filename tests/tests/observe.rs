@@ -550,7 +550,7 @@ fn observer_counter(ebpf: &aya::Ebpf, slot: u32) -> u64 {
         .expect("OBSERVE_COUNTERS in the object");
     let array: aya::maps::PerCpuArray<_, u64> =
         aya::maps::PerCpuArray::try_from(map).expect("per-CPU array");
-    array.get(&slot, 0).expect("read").iter().sum()
+    shaper::counters::read_total(&array, "OBSERVE_COUNTERS", "slot", slot).expect("read")
 }
 
 #[test]

@@ -632,14 +632,8 @@ fn per_packet_cost_with_repeat_1000() {
         assert_eq!(out.retval, PASS);
         let after = h.counts();
         let n = u64::from(repeat);
-        assert_eq!(
-            after[Counter::Packets as usize] - before[Counter::Packets as usize],
-            n
-        );
-        assert_eq!(
-            after[Counter::Bytes as usize] - before[Counter::Bytes as usize],
-            n * frame.len() as u64
-        );
+        assert_eq!(after.delta(&before)[Counter::Packets], n);
+        assert_eq!(after.delta(&before)[Counter::Bytes], n * frame.len() as u64);
         assert!(out.duration_ns > 0, "the kernel measured nothing");
         report.push(format!("{label}: {} ns/packet", out.duration_ns));
     }

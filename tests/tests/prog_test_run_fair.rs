@@ -37,7 +37,7 @@ fn set0(h: &Harness) -> FlowSet {
 }
 
 fn counted(before: &Counts, after: &Counts, c: Counter) -> u64 {
-    after[c as usize] - before[c as usize]
+    after.delta(before)[c]
 }
 
 #[test]

@@ -41,7 +41,7 @@ fn set0(h: &Harness) -> FlowSet {
 }
 
 fn counted(before: &Counts, after: &Counts, c: Counter) -> u64 {
-    after[c as usize] - before[c as usize]
+    after.delta(before)[c]
 }
 
 /// The virtual link `ahead_ns` behind, above target for longer than an
@@ -213,8 +213,8 @@ fn a_sparse_flow_is_never_touched_even_when_the_link_is_overloaded() {
         assert_eq!(out.data, p.bytes, "sparse packet {i} unmarked");
     }
     let c = h.counts();
-    assert_eq!(c[Counter::PoliceDrop as usize], 0);
-    assert_eq!(c[Counter::CeMarked as usize], 0);
+    assert_eq!(c[Counter::PoliceDrop], 0);
+    assert_eq!(c[Counter::CeMarked], 0);
     let link = h.police_link.get(&0, 0).expect("read");
     assert_eq!(
         link.codel.dropping, 0,

@@ -105,6 +105,7 @@ use crate::{
         test_run::{TestRunError, run_skb},
     },
     checks::{self, Capabilities, CheckError},
+    counters::CounterSnapshot,
 };
 
 /// Hash seed of every run, so flows land in the same sets each time.
@@ -179,6 +180,9 @@ pub enum BenchError {
         /// aya's error, with the verifier log if any.
         detail: String,
     },
+    /// Reading the counters failed.
+    #[error(transparent)]
+    Counters(#[from] crate::counters::CounterError),
     /// A map operation failed.
     #[error("{op} {map} failed")]
     Map {
@@ -286,7 +290,7 @@ const OUTCOMES: [Counter; 10] = [
     Counter::PoliceClamped,
 ];
 
-type Counts = [u64; Counter::COUNT as usize];
+type Counts = CounterSnapshot;
 
 #[derive(Clone, Copy)]
 enum Prog {
@@ -426,19 +430,7 @@ impl Bench {
     }
 
     fn counts(&self) -> Result<Counts, BenchError> {
-        let mut out = [0; Counter::COUNT as usize];
-        for c in OUTCOMES.iter().copied().chain([Counter::Packets]) {
-            let per_cpu = self
-                .counters
-                .get(&(c as u32), 0)
-                .map_err(|source| BenchError::Map {
-                    map: maps::COUNTERS,
-                    op: "reading",
-                    source,
-                })?;
-            out[c as usize] = per_cpu.iter().sum();
-        }
-        Ok(out)
+        Ok(CounterSnapshot::read(&self.counters)?)
     }
 
     /// Runs `frame` `repeat` times; the call's total kernel-measured ns.
@@ -487,14 +479,12 @@ impl Measured {
         Self {
             samples: Vec::new(),
             packets: 0,
-            delta: [0; Counter::COUNT as usize],
+            delta: Counts::default(),
         }
     }
 
     fn add_delta(&mut self, before: &Counts, after: &Counts) {
-        for (d, (a, b)) in self.delta.iter_mut().zip(after.iter().zip(before)) {
-            *d += a.wrapping_sub(*b);
-        }
+        self.delta = self.delta.plus(&after.delta(before));
     }
 }
 
@@ -526,9 +516,9 @@ fn result(spec: &PathSpec, mut m: Measured, passthrough_ns: f64) -> PathResult {
     let packets = m.packets.max(1) as f64;
     let verdicts: BTreeMap<&'static str, f64> = OUTCOMES
         .iter()
-        .map(|&c| (c.name(), m.delta[c as usize] as f64 / packets))
+        .map(|&c| (c.name(), m.delta[c] as f64 / packets))
         .collect();
-    let seen = m.delta[Counter::Packets as usize];
+    let seen = m.delta[Counter::Packets];
     if seen != m.packets {
         tracing::warn!(
             expected = m.packets,
@@ -550,7 +540,7 @@ fn result(spec: &PathSpec, mut m: Measured, passthrough_ns: f64) -> PathResult {
         rate_bytes_per_s: spec.rate_bytes_per_s,
         tx_ns: spec.tx_ns,
         intended: spec.intended.name(),
-        intended_fraction: m.delta[spec.intended as usize] as f64 / packets,
+        intended_fraction: m.delta[spec.intended] as f64 / packets,
         verdicts,
     }
 }

@@ -43,6 +43,7 @@ use tracing::{info, warn};
 use super::{ObserveError, report::Counts};
 use crate::{
     bpf,
+    counters::read_total,
     hook::kernel_has_tcx,
     link::Link,
     tc::{
@@ -198,8 +199,8 @@ impl Hooks {
             .ok_or_else(|| load_err(format!("the object has no map {OBSERVE_COUNTERS_MAP}")))?;
         let array: PerCpuArray<_, u64> = PerCpuArray::try_from(map).map_err(load_err)?;
         let get = |d: Direction, k: Kind| -> Result<u64, ObserveError> {
-            let per_cpu = array.get(&slot(d, k), 0).map_err(load_err)?;
-            Ok(per_cpu.iter().fold(0u64, |a, v| a.saturating_add(*v)))
+            let name = format!("{d:?} {k:?}");
+            read_total(&array, OBSERVE_COUNTERS_MAP, &name, slot(d, k)).map_err(load_err)
         };
         let both = |d: Direction| -> Result<(Counts, Counts), ObserveError> {
             Ok((

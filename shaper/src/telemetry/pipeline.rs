@@ -27,6 +27,7 @@ use tokio::{
 use tracing::warn;
 
 use super::{FlowTable, FlowTableOptions, TelemetryError, metrics, view};
+use crate::counters::CounterError;
 
 /// How the aggregator shows each interval.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,7 +79,16 @@ impl From<Vec<(&'static str, u64)>> for Readings {
 }
 
 /// Reads the kernel's [`Readings`] once per interval.
-pub type CounterSource = Box<dyn FnMut() -> Readings + Send>;
+pub type CounterSource = Box<dyn FnMut() -> Result<Readings, CounterError> + Send>;
+
+/// One reading; a failed one is logged and leaves the interval without
+/// counters, rather than with zeros that read as "nothing happened".
+fn read_readings(counters: &mut CounterSource) -> Readings {
+    counters().unwrap_or_else(|e| {
+        warn!(error = %e, "the kernel's counters could not be read; this interval has none");
+        Readings::default()
+    })
+}
 
 /// Pipeline settings.
 #[derive(Debug)]
@@ -369,7 +379,7 @@ async fn aggregate(
                 drain_spsc(&mut cons, &mut table);
                 let window = table.take_window();
                 table.tick(monotonic_ns());
-                let c = counters();
+                let c = read_readings(&mut counters);
                 let dropped = shared.dropped_user.load(Ordering::Relaxed);
                 let summary = Summary::from_table(&opts.iface, &table, dropped, c);
                 out.interval(started.elapsed(), &table, &summary, &window);
@@ -384,7 +394,7 @@ async fn aggregate(
     }
     drain_spsc(&mut cons, &mut table);
     let dropped = shared.dropped_user.load(Ordering::Relaxed);
-    let summary = Summary::from_table(&opts.iface, &table, dropped, counters());
+    let summary = Summary::from_table(&opts.iface, &table, dropped, read_readings(&mut counters));
     (summary, table)
 }
 

@@ -10,7 +10,6 @@ use aya::{
 };
 use shaper_common::{
     config::PacerConfig,
-    counters::Counter,
     fair::{FairState, MULT_ONE},
     maps,
 };
@@ -19,6 +18,7 @@ use super::{
     TelemetryError,
     pipeline::{CounterSource, Readings},
 };
+use crate::counters::CounterSnapshot;
 
 fn ring_err(map: &str, detail: impl std::fmt::Display) -> TelemetryError {
     TelemetryError::Ring {
@@ -71,22 +71,13 @@ pub fn pacer(
     let ring: RingBuf<MapData> = take(ebpf, maps::EVENTS)?;
     let counters: PerCpuArray<MapData, u64> = take(ebpf, maps::COUNTERS)?;
     let read: CounterSource = Box::new(move || {
-        let counters = Counter::ALL
-            .iter()
-            .map(|&c| {
-                let sum = counters
-                    .get(&(c as u32), 0)
-                    .map(|v| v.iter().copied().fold(0u64, u64::wrapping_add))
-                    .unwrap_or(0);
-                (c.name(), sum)
-            })
-            .collect();
+        let counters = CounterSnapshot::read(&counters)?.named();
         let gauges = shared
             .as_ref()
             .and_then(|(state, config)| Some((state.get(&0, 0).ok()?, config.get(&0, 0).ok()?)))
             .map(|(s, c)| fair_gauges(&s, &c))
             .unwrap_or_default();
-        Readings { counters, gauges }
+        Ok(Readings { counters, gauges })
     });
     Ok((ring, read))
 }

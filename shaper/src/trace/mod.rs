@@ -44,6 +44,7 @@ use tracing::{debug, info, warn};
 use crate::{
     btf::{Btf, BtfError},
     checks::Capabilities,
+    counters::TraceSnapshot,
     link::link_by_name,
     telemetry::{
         FlowTable, FlowTableOptions, Output, Pipeline, PipelineOptions, pipeline::CounterSource,
@@ -277,20 +278,14 @@ impl Tracer {
 pub fn read_counters<T: std::borrow::Borrow<MapData>>(
     array: &PerCpuArray<T, u64>,
 ) -> Result<Counters> {
-    let mut sum = [0u64; TraceCounter::COUNT as usize];
-    for c in TraceCounter::ALL {
-        let per_cpu = array
-            .get(&(c as u32), 0)
-            .with_context(|| format!("reading counter {}", c.name()))?;
-        sum[c as usize] = per_cpu.iter().sum();
-    }
+    let s = TraceSnapshot::read(array)?;
     Ok(Counters {
-        enqueued: sum[TraceCounter::Enqueued as usize],
-        measured: sum[TraceCounter::Measured as usize],
-        no_enqueue_record: sum[TraceCounter::NoEnqueueRecord as usize],
-        stale_discarded: sum[TraceCounter::StaleDiscarded as usize],
-        events_lost: sum[TraceCounter::EventsLost as usize],
-        parse_failures: sum[TraceCounter::ParseFailures as usize],
+        enqueued: s[TraceCounter::Enqueued],
+        measured: s[TraceCounter::Measured],
+        no_enqueue_record: s[TraceCounter::NoEnqueueRecord],
+        stale_discarded: s[TraceCounter::StaleDiscarded],
+        events_lost: s[TraceCounter::EventsLost],
+        parse_failures: s[TraceCounter::ParseFailures],
     })
 }
 
@@ -324,12 +319,8 @@ pub fn run(args: TraceArgs) -> Result<()> {
         let mut sigint = signal(SignalKind::interrupt()).context("SIGINT handler")?;
         let mut sigterm = signal(SignalKind::terminate()).context("SIGTERM handler")?;
         let shared = Arc::clone(&counters);
-        let source: CounterSource = Box::new(move || {
-            read_counters(shared.as_ref())
-                .map(|c| c.named())
-                .unwrap_or_default()
-                .into()
-        });
+        let source: CounterSource =
+            Box::new(move || TraceSnapshot::read(shared.as_ref()).map(|s| s.named().into()));
         let mut opts = PipelineOptions::new(&args.iface, "trace", Output::detect(args.json));
         opts.metrics = metrics.take();
         opts.top = args.top;
