@@ -22,7 +22,7 @@
 //! each slot. A packet that moves its flow's clock from one slot to another
 //! moves the flow between counters ([`clock_move`]). At each epoch change
 //! the slots that time has passed are emptied and their flows leave the
-//! count ([`expire`]); the count is then the flows whose clock lies beyond
+//! count (`crate::shared::roll_committed`); the count is then the flows whose clock lies beyond
 //! the slot of that instant. A flow whose clock lies beyond the ring (only
 //! with a horizon longer than the ring) is not counted.
 //!
@@ -35,7 +35,7 @@
 //! gaps. On the BPF side a race between a move and an expiry can lose or
 //! double a flow, or take a counter below zero (it wraps, and the sums stay
 //! net counts); the count is recomputed from the counters once per activity
-//! window ([`recount`]), a wrapped count reads as 0, and the floor never
+//! window (`crate::shared::roll_committed`), a wrapped count reads as 0, and the floor never
 //! exceeds the cap of `crate::fair::mult_cap`, so an error is bounded and
 //! short-lived.
 //!
@@ -101,77 +101,9 @@ pub fn clock_move(old_ns: u64, new_ns: u64, rolled_slot: u64) -> Move {
 /// two lengths agree.
 pub const SLOTS_PER_EPOCH: u64 = 8;
 
-/// The ring and its count on a private copy, as the simulator and the tests
-/// keep it; the classifier keeps the same fields in its shared state.
-pub trait Ring {
-    /// The counter at ring index `i`.
-    fn counter(&self, i: usize) -> u64;
-    /// Sets the counter at ring index `i`.
-    fn set_counter(&mut self, i: usize, v: u64);
-}
-
-/// Applies `mv` to the ring and returns the count after it.
-#[inline(always)]
-pub fn apply(ring: &mut impl Ring, committed: u64, mv: &Move) -> u64 {
-    if mv.leave < CLOCK_SLOTS {
-        let c = ring.counter(mv.leave);
-        ring.set_counter(mv.leave, c.wrapping_sub(1));
-    }
-    if mv.join < CLOCK_SLOTS {
-        let c = ring.counter(mv.join);
-        ring.set_counter(mv.join, c.wrapping_add(1));
-    }
-    committed.wrapping_add(mv.delta)
-}
-
-/// Moves the count from `rolled_slot` to `now_slot`, one epoch later
-/// ([`SLOTS_PER_EPOCH`] slots): those slots are emptied and their flows
-/// leave the count, which is returned. After a longer gap, in which no
-/// packet arrived for a whole epoch, the ring is emptied and the count is
-/// 0: flows whose clocks still run then rejoin when their clocks run out.
-/// A counter wrapped below zero by a race counts as the net count it is.
-/// (A constant number of steps, so the BPF verifier walks it once.)
-#[inline(always)]
-pub fn expire(ring: &mut impl Ring, committed: u64, rolled_slot: u64, now_slot: u64) -> u64 {
-    if now_slot <= rolled_slot {
-        return committed;
-    }
-    if now_slot - rolled_slot != SLOTS_PER_EPOCH {
-        let mut i = 0;
-        while i < CLOCK_SLOTS {
-            ring.set_counter(i, 0);
-            i += 1;
-        }
-        return 0;
-    }
-    let mut gone = 0u64;
-    let mut i = 0;
-    while i < SLOTS_PER_EPOCH {
-        let idx = slot_index(rolled_slot + 1 + i);
-        gone = gone.wrapping_add(ring.counter(idx));
-        ring.set_counter(idx, 0);
-        i += 1;
-    }
-    committed.wrapping_sub(gone)
-}
-
 /// A count at or above this has wrapped below zero (races on the BPF side)
 /// and reads as 0 ([`count_or_zero`]).
 pub const WRAPPED: u64 = 1 << 32;
-
-/// The count recomputed from the counters (every slot is ahead of the
-/// rolled one once the passed slots are empty): their wrapping sum, so a
-/// counter a race took below zero subtracts what it lost.
-#[inline(always)]
-pub fn recount(ring: &impl Ring) -> u64 {
-    let mut c = 0u64;
-    let mut i = 0;
-    while i < CLOCK_SLOTS {
-        c = c.wrapping_add(ring.counter(i));
-        i += 1;
-    }
-    c
-}
 
 /// The count as the floor reads it: a wrapped count is 0.
 #[inline(always)]
@@ -183,51 +115,7 @@ pub fn count_or_zero(committed: u64) -> u64 {
 mod tests {
     use super::*;
 
-    struct R([u64; CLOCK_SLOTS]);
-    impl Ring for R {
-        fn counter(&self, i: usize) -> u64 {
-            self.0[i]
-        }
-        fn set_counter(&mut self, i: usize, v: u64) {
-            self.0[i] = v;
-        }
-    }
-
     const S: u64 = 1 << CLOCK_SLOT_SHIFT;
-
-    #[test]
-    fn a_flow_counts_once_while_its_clock_is_ahead_and_leaves_when_it_runs_out() {
-        let mut r = R([0; CLOCK_SLOTS]);
-        let rolled = 1_000;
-        // A new flow's clock set 3 slots ahead.
-        let mv = clock_move(0, (rolled + 3) * S + 5, rolled);
-        let mut c = apply(&mut r, 0, &mv);
-        assert_eq!(c, 1);
-        // It moves within the slot, then on: still one.
-        c = apply(
-            &mut r,
-            c,
-            &clock_move((rolled + 3) * S + 5, (rolled + 3) * S + 9, rolled),
-        );
-        c = apply(
-            &mut r,
-            c,
-            &clock_move((rolled + 3) * S + 9, (rolled + 11) * S, rolled),
-        );
-        assert_eq!((c, recount(&r)), (1, 1));
-        // An epoch on, its slot is still ahead; the next epoch passes it.
-        let e = SLOTS_PER_EPOCH;
-        assert!(e < 11 && 11 <= 2 * e);
-        c = expire(&mut r, c, rolled, rolled + e);
-        assert_eq!(c, 1);
-        c = expire(&mut r, c, rolled + e, rolled + 2 * e);
-        assert_eq!((c, recount(&r)), (0, 0));
-        // A packet then sets the expired clock anew: it joins again.
-        let now = rolled + 2 * e;
-        let mv = clock_move((rolled + 11) * S, (now + 2) * S, now);
-        assert_eq!(mv.leave, CLOCK_SLOTS);
-        assert_eq!(apply(&mut r, c, &mv), 1);
-    }
 
     #[test]
     fn a_clock_within_the_rolled_slot_is_not_counted() {
@@ -243,35 +131,5 @@ mod tests {
         assert_eq!((mv.join, mv.delta), (CLOCK_SLOTS, 0));
         let mv = clock_move(0, (rolled + CLOCK_SLOTS as u64) * S, rolled);
         assert_eq!((mv.join, mv.delta), (slot_index(rolled), 1));
-    }
-
-    #[test]
-    fn a_race_below_zero_nets_out_in_the_recount() {
-        let mut r = R([0; CLOCK_SLOTS]);
-        // A move out of a slot an expiry had just emptied, into another.
-        let c = apply(
-            &mut r,
-            0,
-            &Move {
-                leave: 3,
-                join: 4,
-                delta: 0,
-            },
-        );
-        assert_eq!(r.0[3], u64::MAX);
-        assert_eq!((c, recount(&r)), (0, 0));
-        assert_eq!(count_or_zero(0u64.wrapping_sub(1)), 0);
-    }
-
-    #[test]
-    fn a_long_gap_empties_the_whole_ring() {
-        let mut r = R([0; CLOCK_SLOTS]);
-        let mut c = 0;
-        for k in 1..=100 {
-            c = apply(&mut r, c, &clock_move(0, (10 + k * 5) * S, 10));
-        }
-        assert_eq!((c, recount(&r)), (100, 100));
-        c = expire(&mut r, c, 10, 10 + 100 * CLOCK_SLOTS as u64);
-        assert_eq!((c, recount(&r)), (0, 0));
     }
 }

@@ -139,36 +139,6 @@ pub struct FairState {
 const _: () = assert!(core::mem::size_of::<FairState>() == 4312);
 const _: () = assert!(1 << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT) == committed::SLOTS_PER_EPOCH);
 
-impl committed::Ring for FairState {
-    #[inline(always)]
-    fn counter(&self, i: usize) -> u64 {
-        self.clock_counts[i]
-    }
-    #[inline(always)]
-    fn set_counter(&mut self, i: usize, v: u64) {
-        self.clock_counts[i] = v;
-    }
-}
-
-impl FairState {
-    /// Sets the multiplier the join rule ([`join_mult`]) chose: packets
-    /// use it, and the feedback goes on from it.
-    pub fn set_joined_mult(&mut self, m_q16: u64) {
-        self.mult_q16 = m_q16;
-        self.mult_feedback_q16 = m_q16;
-    }
-
-    /// Moves a flow whose clock went from `old_ns` to `new_ns` in the
-    /// committed count, on a private copy (the simulator's step).
-    pub fn move_clock(&mut self, old_ns: u64, new_ns: u64) {
-        if old_ns == new_ns {
-            return;
-        }
-        let mv = committed::clock_move(old_ns, new_ns, self.clock_slot);
-        self.committed = committed::apply(self, self.committed, &mv);
-    }
-}
-
 impl FairState {
     /// The active flows the multiplier's cap counts: the larger of the last
     /// and the current activity window's counts.
@@ -567,50 +537,6 @@ pub fn slots_to_clear(old: u64, new: u64) -> u64 {
     } else {
         gap
     }
-}
-
-/// The whole epoch change on a private copy of the state, as one CPU runs
-/// it: one multiplier update per finished epoch `state.epoch ..
-/// new_epoch` (each from its own ring slot, so epochs in which no packet
-/// *arrived* still count what was scheduled to depart in them; at most
-/// [`EPOCH_RING`] updates after a longer idle gap), those slots cleared for
-/// reuse, the committed count expired to the new epoch's start (recounted
-/// when an activity window ends) and the multiplier bounded by the cap and
-/// that floor ([`bound_mult`]), and the state moved to `new_epoch`. The BPF
-/// side performs the same steps with atomics; the simulator calls this.
-pub fn roll_epoch(state: &mut FairState, new_epoch: u64) {
-    if new_epoch <= state.epoch {
-        return;
-    }
-    let old = state.epoch;
-    let finished = slots_to_clear(old, new_epoch);
-    let mut m = state.mult_feedback_q16;
-    let mut avg = state.scheduled_avg_ns;
-    for j in 0..finished {
-        let slot = ((old + j) % EPOCH_RING as u64) as usize;
-        avg = average_scheduled(avg, state.scheduled_ns[slot]);
-        m = update_mult(m, avg);
-        state.scheduled_ns[slot] = 0;
-    }
-    (state.active_last, state.active_now) =
-        roll_active(state.active_last, state.active_now, old, new_epoch);
-    let now_slot = new_epoch << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT);
-    let c = committed::expire(state, state.committed, state.clock_slot, now_slot);
-    state.committed = if window_ends(old, new_epoch) {
-        committed::recount(state)
-    } else {
-        c
-    };
-    state.clock_slot = now_slot;
-    let cap = mult_cap(state.active_last, state.active_now);
-    state.mult_feedback_q16 = if m > cap { cap } else { m };
-    state.mult_q16 = bound_mult(m, cap, committed::count_or_zero(state.committed));
-    state.scheduled_avg_ns = avg;
-    state.backlogged_ref_q8 =
-        backlogged_reference(state.backlogged_ref_q8, state.backlogged_now, finished);
-    state.backlogged_now = 0;
-    state.epoch = new_epoch;
-    state.updates += 1;
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ pub mod flow;
 pub mod observe;
 pub mod police;
 pub mod rate;
+pub mod shared;
 pub mod trace;
 
 /// Names of the maps the classifier exports; the controller pins them under

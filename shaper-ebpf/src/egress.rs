@@ -30,17 +30,14 @@ use shaper_common::{
     counters::Counter,
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
-    fair::{
-        EPOCH_RING, EPOCH_SHIFT, Packet, Verdict, count_active, count_backlogged, decide,
-        join_mult, mult_cap,
-    },
+    fair::{EPOCH_SHIFT, Packet, Verdict},
     rate::wire_len_bytes,
+    shared::{account, pace, roll_epoch},
 };
 
 use crate::{
-    atomic,
     ce::mark_ce,
-    fair_state::{move_clock, roll_epoch},
+    fair_state::AtomicFair,
     hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry},
     maps::{AGGREGATE, CONFIG, FAIR, count},
     parse::Class,
@@ -123,8 +120,9 @@ fn fair(
     };
     let epoch = now_ns >> EPOCH_SHIFT;
     // SAFETY: the pointer comes from the map lookup and stays valid for this
-    // run; the fields are only accessed atomically or as plain aligned u64s.
-    let mult_q16 = unsafe { roll_epoch::<true>(state, epoch) };
+    // run; the fields are only accessed atomically.
+    let mut shared = unsafe { AtomicFair::new(state) };
+    let mult_q16 = roll_epoch::<_, true>(&mut shared, epoch);
 
     let Some((flow, flow_started)) = flow_entry(config, class.flow_hash, now_ns) else {
         count(Counter::PassedUnpaced, 1);
@@ -137,48 +135,19 @@ fn fair(
         tx_ns,
         ect: ecn.capable(),
     };
-    if count_active(flow, epoch) {
-        // SAFETY: as above; shared fields are accessed atomically.
-        unsafe { atomic::add(&raw mut (*state).active_now, 1) };
-    }
-    let clock_before = flow.t_next_ns;
-    let verdict = decide(flow, &pkt, mult_q16, &config.fair_params());
-    if flow.t_next_ns != clock_before {
-        // SAFETY: as above; shared fields are accessed atomically.
-        unsafe { move_clock(state, clock_before, flow.t_next_ns) };
-    }
-    if matches!(verdict, Verdict::Pace { .. } | Verdict::Mark { .. })
-        && count_backlogged(flow, epoch)
-    {
-        // A flow newly backlogged in this epoch: if there are now more than
-        // recently, shrink the share at once (`join_mult`).
-        // SAFETY: as above; shared fields are accessed atomically.
-        unsafe {
-            let n_now = atomic::fetch_add(&raw mut (*state).backlogged_now, 1) + 1;
-            let n_ref = atomic::load(&raw const (*state).backlogged_ref_q8).div_ceil(256);
-            let cap = mult_cap(
-                atomic::load(&raw const (*state).active_last),
-                atomic::load(&raw const (*state).active_now),
-            );
-            let m = join_mult(mult_q16, n_now, n_ref, cap);
-            if m != mult_q16 {
-                atomic::store(&raw mut (*state).mult_q16, m);
-                atomic::store(&raw mut (*state).mult_feedback_q16, m);
-            }
-        }
-    }
-    // The accepted traffic of this epoch (CSFQ's measurement), counted in
-    // the epoch of the decision (`departure_slot(epoch, now)` is
-    // `epoch % EPOCH_RING`): counting it where it departs (up to the horizon
-    // ahead) fed back up to 16 epochs late and made the loop oscillate (the
-    // simulator's unresponsive-flow case, and TCP with GSO in the VM).
+    let verdict = pace::<_, true>(
+        &mut shared,
+        flow,
+        &pkt,
+        epoch,
+        mult_q16,
+        &config.fair_params(),
+    );
     if matches!(
         verdict,
         Verdict::Pass | Verdict::Pace { .. } | Verdict::Mark { .. }
     ) {
-        let slot = (epoch % EPOCH_RING as u64) as usize;
-        // SAFETY: as above; the slot is only ever updated atomically.
-        unsafe { atomic::add(&raw mut (*state).scheduled_ns[slot], tx_ns) };
+        account(&mut shared, epoch, tx_ns);
     }
     let clock_delay_ns = flow.t_next_ns.saturating_sub(now_ns);
     let (code, delay_ns, action) = match verdict {

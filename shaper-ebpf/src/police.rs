@@ -18,15 +18,15 @@
 use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext};
 use shaper_common::{
     counters::Counter,
-    fair::{EPOCH_RING, EPOCH_SHIFT, Packet, count_active, count_backlogged, join_mult, mult_cap},
-    police::{Action, n_active, police_link},
+    fair::{EPOCH_SHIFT, Packet},
+    police::Action,
     rate::wire_len_bytes,
+    shared::{account, police_step, roll_epoch},
 };
 
 use crate::{
-    atomic,
     ce::mark_ce,
-    fair_state::roll_epoch,
+    fair_state::AtomicFair,
     hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry},
     maps::{CONFIG, FAIR, POLICE_LINK, count},
 };
@@ -64,21 +64,11 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
     };
     let epoch = now_ns >> EPOCH_SHIFT;
     // SAFETY: the pointer comes from the map lookup of this run.
-    let mult_q16 = unsafe { roll_epoch::<false>(state, epoch) };
+    let mut shared = unsafe { AtomicFair::new(state) };
+    let mult_q16 = roll_epoch::<_, false>(&mut shared, epoch);
     let Some((flow, _started)) = flow_entry(config, class.flow_hash, now_ns) else {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
-    };
-    if count_active(flow, epoch) {
-        // SAFETY: as above; shared fields are accessed atomically.
-        unsafe { atomic::add(&raw mut (*state).active_now, 1) };
-    }
-    // SAFETY: as above; shared fields are accessed atomically.
-    let (active_last, active_now) = unsafe {
-        (
-            atomic::load(&raw const (*state).active_last),
-            atomic::load(&raw const (*state).active_now),
-        )
     };
     let pkt = Packet {
         now_ns,
@@ -89,12 +79,13 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
     // SAFETY: the pointer comes from the map lookup of this run; a race with
     // another CPU costs one advance of the virtual link (module header).
     let link = unsafe { &mut *link };
-    let r = police_link(
+    let r = police_step(
+        &mut shared,
         flow,
         link,
         &pkt,
+        epoch,
         mult_q16,
-        n_active(active_last, active_now),
         &config.fair_params(),
     );
     if r.clamped {
@@ -107,24 +98,8 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
         count(Counter::PoliceDrop, 1);
         return Ok(TC_ACT_SHOT);
     }
-    // The CSFQ feedback, as on egress: a flow newly behind its clock joins
-    // the backlogged count, and the accepted traffic of this epoch is what
-    // the multiplier is fitted to.
-    if r.virtual_delay_ns > 0 && count_backlogged(flow, epoch) {
-        // SAFETY: as above; shared fields are accessed atomically.
-        unsafe {
-            let n_now = atomic::fetch_add(&raw mut (*state).backlogged_now, 1) + 1;
-            let n_ref = atomic::load(&raw const (*state).backlogged_ref_q8).div_ceil(256);
-            let m = join_mult(mult_q16, n_now, n_ref, mult_cap(active_last, active_now));
-            if m != mult_q16 {
-                atomic::store(&raw mut (*state).mult_q16, m);
-                atomic::store(&raw mut (*state).mult_feedback_q16, m);
-            }
-        }
-    }
-    let slot = (epoch % EPOCH_RING as u64) as usize;
-    // SAFETY: as above; the slot is only ever updated atomically.
-    unsafe { atomic::add(&raw mut (*state).scheduled_ns[slot], tx_ns) };
+    // The accepted traffic of this epoch, as on egress.
+    account(&mut shared, epoch, tx_ns);
     match r.action {
         Action::Mark => {
             if !mark_ce(ctx, class.ecn) {

@@ -11,10 +11,10 @@ use shaper_common::{
     committed::{self, CLOCK_SLOT_SHIFT},
     counters::Counter,
     fair::{
-        EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, MULT_ONE, average_scheduled, roll_epoch,
-        update_mult,
+        EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, MULT_ONE, average_scheduled, update_mult,
     },
     flow::{FlowSet, WAYS},
+    shared::roll_epoch,
 };
 use shaper_tests::{
     bpf_harness::*,
@@ -286,7 +286,7 @@ fn roll_with_committed(n: u64, slots_ahead: u64) -> (u64, u64) {
         h.run(&udp4_ecn(1000, 0).bytes, None);
         let after = h.fair.get(&0, 0).expect("read");
         let mut library = state;
-        roll_epoch(&mut library, now_epoch);
+        roll_epoch::<_, true>(&mut library, now_epoch);
         (after.epoch == now_epoch).then_some((after.mult_q16, library.mult_q16))
     })
 }
@@ -344,7 +344,7 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
     // The epoch just finished carried 1.5 epochs of transmission time.
     let (h, now_epoch, before, after) = roll_with_one_packet(state, EPOCH_NS * 3 / 2);
     let mut library = before;
-    roll_epoch(&mut library, now_epoch);
+    roll_epoch::<_, true>(&mut library, now_epoch);
     assert_eq!(after.updates, 1);
     // The kernel ran the same update as the library: average 1.125 epochs,
     // so m grows by exp(1/32), about 3.2%.

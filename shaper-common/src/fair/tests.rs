@@ -3,6 +3,11 @@
 
 use super::*;
 
+/// The epoch roll on a private copy, the pacer's (committed count kept).
+fn roll_epoch(s: &mut FairState, epoch: u64) {
+    crate::shared::roll_epoch::<_, true>(s, epoch);
+}
+
 const P: FairParams = FairParams {
     codel: CodelParams {
         target_ns: 5_000_000,

@@ -11,12 +11,10 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-use shaper_common::fair::{
-    EPOCH_SHIFT, FairState, Packet, Verdict, count_active, count_backlogged, decide,
-    departure_slot, join_mult, mult_cap, roll_epoch,
-};
+use shaper_common::fair::{EPOCH_SHIFT, FairState, Packet, Verdict, departure_slot};
 use shaper_common::flow::FlowEntry;
 use shaper_common::rate::ScaledRate;
+use shaper_common::shared::{account, pace, roll_epoch};
 
 use super::report::{Departure, FlowReport, SimReport, VerdictCounts};
 use super::rng::SplitMix64;
@@ -337,7 +335,7 @@ impl Sim<'_> {
         }
         let epoch = now >> EPOCH_SHIFT;
         if epoch > self.fair.epoch {
-            roll_epoch(&mut self.fair, epoch);
+            roll_epoch::<_, true>(&mut self.fair, epoch);
             self.mult_trace.push((now, self.fair.mult_q16));
         }
         let tx_ns = self.rate.tx_time_ns(len);
@@ -352,14 +350,11 @@ impl Sim<'_> {
         let f = &mut self.flows[i];
         let seq = f.sent;
         f.sent += 1;
-        if count_active(&mut f.entry, self.fair.epoch) {
-            self.fair.active_now += 1;
-        }
-        let clock_before = f.entry.t_next_ns;
-        let verdict = decide(&mut f.entry, &pkt, mult, &params);
-        if self.sc.committed_floor {
-            self.fair.move_clock(clock_before, f.entry.t_next_ns);
-        }
+        let verdict = if self.sc.committed_floor {
+            pace::<_, true>(&mut self.fair, &mut f.entry, &pkt, epoch, mult, &params)
+        } else {
+            pace::<_, false>(&mut self.fair, &mut f.entry, &pkt, epoch, mult, &params)
+        };
         let v = &mut f.report.verdicts;
         match verdict {
             Verdict::Pass => v.pass += 1,
@@ -369,18 +364,6 @@ impl Sim<'_> {
             Verdict::HorizonDrop => v.horizon_drop += 1,
         }
         let rtt = f.source.rtt_ns();
-        if matches!(verdict, Verdict::Pace { .. } | Verdict::Mark { .. })
-            && count_backlogged(&mut f.entry, self.fair.epoch)
-        {
-            self.fair.backlogged_now += 1;
-            let joined = join_mult(
-                self.fair.mult_q16,
-                self.fair.backlogged_now,
-                self.fair.backlogged_ref_q8.div_ceil(256),
-                mult_cap(self.fair.active_last, self.fair.active_now),
-            );
-            self.fair.set_joined_mult(joined);
-        }
         let Some(stamp) = verdict.departure_ns(now) else {
             // Noticed about one RTT after the flow's next departure.
             if matches!(f.source, Source::Aimd { .. }) {
@@ -389,11 +372,12 @@ impl Sim<'_> {
             }
             return;
         };
-        let slot = match self.sc.accounting {
-            Accounting::Departure => departure_slot(self.fair.epoch, stamp),
-            Accounting::Decision => departure_slot(self.fair.epoch, now),
-        };
-        self.fair.scheduled_ns[slot] += tx_ns;
+        match self.sc.accounting {
+            Accounting::Departure => {
+                self.fair.scheduled_ns[departure_slot(epoch, stamp)] += tx_ns;
+            }
+            Accounting::Decision => account(&mut self.fair, epoch, tx_ns),
+        }
         // sch_fq: at the stamp, but never before the flow's previous packet.
         if stamp < f.last_depart_ns {
             f.report.reordered += 1;

@@ -5,13 +5,17 @@
 //! and besides any kernel.
 //!
 //! What it models.
-//! - The pacer, exactly as the classifier runs it on every packet: roll the
-//!   epoch ([`roll_epoch`](shaper_common::fair::roll_epoch)) when
-//!   `now >> EPOCH_SHIFT` advanced, [`decide`](shaper_common::fair::decide)
+//! - The pacer, through the classifier's own steps on a private copy of the
+//!   shared state ([`shaper_common::shared`], which the classifier runs
+//!   with atomics): [`roll_epoch`](shaper_common::shared::roll_epoch) when
+//!   `now >> EPOCH_SHIFT` advanced, [`pace`](shaper_common::shared::pace)
 //!   on the flow's [`FlowEntry`](shaper_common::flow::FlowEntry) with the
-//!   current multiplier, then add the packet's transmission time at the
-//!   aggregate rate to `scheduled_ns[departure_slot(epoch, departure)]` when
-//!   the packet is kept. Transmission times come from
+//!   multiplier, then [`account`](shaper_common::shared::account) for a
+//!   kept packet: its transmission time at the aggregate rate in the epoch
+//!   of the decision (`Accounting::Departure`, the epoch it departs in, is
+//!   kept only to show why that rule was dropped). The policer likewise
+//!   ([`police_step`](shaper_common::shared::police_step)). Transmission
+//!   times come from
 //!   [`ScaledRate::tx_time_ns`](shaper_common::rate::ScaledRate::tx_time_ns).
 //!   Every simulated flow has its own `FlowEntry`.
 //! - sch_fq after the pacer: a kept packet leaves at its stamped time (or at

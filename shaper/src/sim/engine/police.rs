@@ -12,11 +12,9 @@
 //! Non-goals: the receiving router's own queue (none: the policer keeps
 //! nothing), GRO, the policer's CPU.
 
-use shaper_common::fair::{
-    EPOCH_SHIFT, Packet, count_active, count_backlogged, departure_slot, join_mult, mult_cap,
-    roll_epoch,
-};
-use shaper_common::police::{Action, n_active, police, police_link};
+use shaper_common::fair::{EPOCH_SHIFT, Packet, count_active, count_backlogged};
+use shaper_common::police::{Action, police};
+use shaper_common::shared::{account, join, police_step, roll_epoch};
 
 use super::super::PoliceRule;
 use super::super::report::Departure;
@@ -76,7 +74,7 @@ impl Sim<'_> {
     ) {
         let epoch = now >> EPOCH_SHIFT;
         if epoch > self.fair.epoch {
-            roll_epoch(&mut self.fair, epoch);
+            roll_epoch::<_, false>(&mut self.fair, epoch);
             self.mult_trace.push((now, self.fair.mult_q16));
         }
         let tx_ns = self.rate.tx_time_ns(len);
@@ -90,25 +88,34 @@ impl Sim<'_> {
         let mult = self.fair.mult_q16;
         let params = self.sc.params;
         let f = &mut self.flows[i];
-        if count_active(&mut f.entry, self.fair.epoch) {
-            self.fair.active_now += 1;
-        }
         let r = match self.sc.mode {
             Mode::Police {
                 rule: PoliceRule::Link,
                 ..
-            } => {
-                let n_active = n_active(self.fair.active_last, self.fair.active_now);
-                police_link(
-                    &mut f.entry,
-                    &mut self.police_link,
-                    &pkt,
-                    mult,
-                    n_active,
-                    &params,
-                )
+            } => police_step(
+                &mut self.fair,
+                &mut f.entry,
+                &mut self.police_link,
+                &pkt,
+                epoch,
+                mult,
+                &params,
+            ),
+            // The first design, each flow's own CoDel, with the same steps
+            // around it.
+            _ => {
+                if count_active(&mut f.entry, epoch) {
+                    self.fair.active_now += 1;
+                }
+                let r = police(&mut f.entry, &pkt, mult, &params);
+                if r.action != Action::Drop
+                    && r.virtual_delay_ns > 0
+                    && count_backlogged(&mut f.entry, epoch)
+                {
+                    join(&mut self.fair, mult);
+                }
+                r
             }
-            _ => police(&mut f.entry, &pkt, mult, &params),
         };
         let v = &mut f.report.verdicts;
         match r.action {
@@ -124,16 +131,7 @@ impl Sim<'_> {
             }
             return;
         }
-        if r.virtual_delay_ns > 0 && count_backlogged(&mut f.entry, self.fair.epoch) {
-            self.fair.backlogged_now += 1;
-            self.fair.set_joined_mult(join_mult(
-                self.fair.mult_q16,
-                self.fair.backlogged_now,
-                self.fair.backlogged_ref_q8.div_ceil(256),
-                mult_cap(self.fair.active_last, self.fair.active_now),
-            ));
-        }
-        self.fair.scheduled_ns[departure_slot(self.fair.epoch, now)] += tx_ns;
+        account(&mut self.fair, epoch, tx_ns);
         f.report.delays.push((now, r.virtual_delay_ns));
         let total = f.report.delivered.last().map_or(0, |&(_, b)| b) + u64::from(len);
         f.report.delivered.push((now + rtt / 2, total));
