@@ -2,7 +2,8 @@
 //! passes, its next packet is paced by its own clock, another flow is not
 //! paced behind it (the aggregate pacer would), CE marking with a correct
 //! IPv4 checksum and on IPv6, AQM and horizon drops, a full flow-table set,
-//! VLAN ids in the key, and the epoch update of the fair share.
+//! VLAN ids in the key, the epoch update of the fair share, and one packet
+//! sequence through the kernel and through the library's shared steps.
 //!
 //! Run: `cargo test -p shaper-tests --test prog_test_run_fair -- --test-threads=1`
 
@@ -477,4 +478,193 @@ fn a_lone_backlogged_flow_keeps_the_whole_rate() {
         after.mult_q16, MULT_ONE,
         "one backlogged flow: the whole rate"
     );
+}
+
+/// An IPv4/UDP packet of flow `sport` with `payload_len` bytes and ECN
+/// field `ecn`, its header checksum made whole.
+fn udp4_sized(sport: u16, payload_len: usize, ecn: u8) -> Packet {
+    let mut p = Frame::ipv4(Ipv4::new(Transport::Udp { payload_len })).build();
+    let l3 = p.layout.l3.start;
+    p.bytes[l3 + 1] = (p.bytes[l3 + 1] & !3) | ecn;
+    p.bytes[l3 + 10..l3 + 12].copy_from_slice(&[0, 0]);
+    let ihl = usize::from(p.bytes[l3] & 0x0f) * 4;
+    let sum = internet_checksum(&p.bytes[l3..l3 + ihl]);
+    p.bytes[l3 + 10..l3 + 12].copy_from_slice(&sum.to_be_bytes());
+    let l4 = p.layout.l4.clone().expect("udp header").start;
+    p.bytes[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
+    p
+}
+
+/// One packet sequence through the classifier and through the library's
+/// shared steps on a private copy (`shaper_common::shared`, as the
+/// simulator runs them): the same verdict, stamp and return code for every
+/// packet, and the same shared state at the end. The sequence is a fixed
+/// pseudo-random stream of 9 flows, sizes, ECN bits and pauses, at a rate
+/// it overloads, so that it passes, paces, marks and drops. The kernel's
+/// clock is not ours to set, so the library takes each packet's time from
+/// its telemetry record (a flow's first packet's is its start record),
+/// which carries the time the classifier read.
+#[test]
+fn the_classifier_and_the_shared_steps_agree_packet_by_packet() {
+    use std::collections::HashMap;
+
+    use shaper_common::{
+        config::{FLAG_TELEMETRY, sample_threshold},
+        event::{
+            EVENT_FLOW_START, EVENT_PACKET, Event, VERDICT_AQM_DROP, VERDICT_CE,
+            VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS,
+        },
+        fair::{Packet as FairPacket, Verdict},
+        flow::FlowEntry,
+        shared::{account, pace},
+    };
+
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
+    let mut ring = h.events();
+    let (mut config, rate) = fair_at(500_000);
+    config.flags |= FLAG_TELEMETRY;
+    config.sample_threshold = sample_threshold(1);
+    h.set_config(config);
+    h.fair
+        .set(0, FairState::default(), 0)
+        .expect("write SHAPER_FAIR");
+    let params = config.fair_params();
+    let mut library = FairState::default();
+    let mut flows: HashMap<u16, FlowEntry> = HashMap::new();
+    let mut x = 0x2545_f491_4f6c_dd1d_u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let mut seen: HashMap<u8, u32> = HashMap::new();
+    let mut wrong = Vec::new();
+    for i in 0..3_000 {
+        let r = next();
+        let sport = 20_000 + (r % 9) as u16;
+        let payload = 40 + ((r >> 8) % 1_400) as usize;
+        let ecn = if (r >> 20) & 1 == 1 { 0b10 } else { 0 };
+        if (r >> 24) % 64 == 0 {
+            std::thread::sleep(std::time::Duration::from_micros((r >> 32) % 4_000));
+        }
+        let p = udp4_sized(sport, payload, ecn);
+        let out = h.run(&p.bytes, None);
+        let mut records = Vec::new();
+        while let Some(item) = ring.next() {
+            let e = Event::from_bytes(&item).expect("a whole record");
+            if e.kind == EVENT_PACKET || e.kind == EVENT_FLOW_START {
+                records.push(e);
+            }
+        }
+        assert_eq!(records.len(), 1, "packet {i}: records {records:?}");
+        let now_ns = records[0].ts_ns;
+        let epoch = now_ns >> EPOCH_SHIFT;
+        let mult_q16 = roll_epoch::<_, true>(&mut library, epoch);
+        let flow = flows
+            .entry(sport)
+            .or_insert_with(|| FlowEntry::fresh(1, now_ns));
+        let pkt = FairPacket {
+            now_ns,
+            skb_tstamp_ns: 0,
+            tx_ns: rate.tx_time_ns(p.len() as u32),
+            ect: ecn != 0,
+        };
+        let verdict = pace::<_, true>(&mut library, flow, &pkt, epoch, mult_q16, &params);
+        let (code, tstamp, retval) = match verdict {
+            Verdict::Pass => (VERDICT_PASS, 0, PASS),
+            Verdict::Pace { tstamp_ns } => (VERDICT_PACED, tstamp_ns, PASS),
+            Verdict::Mark { tstamp_ns } => (VERDICT_CE, tstamp_ns, PASS),
+            Verdict::AqmDrop => (VERDICT_AQM_DROP, 0, SHOT),
+            Verdict::HorizonDrop => (VERDICT_HORIZON_DROP, 0, SHOT),
+        };
+        if retval == PASS {
+            account(&mut library, epoch, pkt.tx_ns);
+        }
+        *seen.entry(code).or_default() += 1;
+        let kernel = (records[0].verdict, out.ctx.tstamp, out.retval);
+        if kernel != (code, tstamp, retval) {
+            wrong.push(format!(
+                "packet {i} (flow {sport}, {} bytes, ecn {ecn}): kernel {kernel:?}, library {:?}",
+                p.len(),
+                (code, tstamp, retval)
+            ));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} packets differ: {:#?}",
+        wrong.len(),
+        &wrong[..wrong.len().min(10)]
+    );
+    let kernel = h.fair.get(&0, 0).expect("read SHAPER_FAIR");
+    let differ = fair_differences(&kernel, &library);
+    assert!(
+        differ.is_empty(),
+        "the shared state after the sequence: {differ:?}"
+    );
+    // Every path the step can take was taken (under emulation the overload
+    // is smaller, so a drop of either kind will do).
+    for code in [VERDICT_PASS, VERDICT_PACED, VERDICT_CE] {
+        assert!(
+            seen.contains_key(&code),
+            "verdict {code} never taken: {seen:?}"
+        );
+    }
+    assert!(
+        seen.contains_key(&VERDICT_AQM_DROP) || seen.contains_key(&VERDICT_HORIZON_DROP),
+        "no packet dropped: {seen:?}"
+    );
+    eprintln!(
+        "verdicts by code: {seen:?}; {} epoch updates",
+        library.updates
+    );
+}
+
+/// The words in which `kernel` and `library` differ, named, with both values.
+fn fair_differences(kernel: &FairState, library: &FairState) -> Vec<String> {
+    let scalars = |s: &FairState| {
+        [
+            ("epoch", s.epoch),
+            ("mult_q16", s.mult_q16),
+            ("mult_feedback_q16", s.mult_feedback_q16),
+            ("updates", s.updates),
+            ("scheduled_avg_ns", s.scheduled_avg_ns),
+            ("backlogged_now", s.backlogged_now),
+            ("backlogged_ref_q8", s.backlogged_ref_q8),
+            ("active_now", s.active_now),
+            ("active_last", s.active_last),
+            ("clock_slot", s.clock_slot),
+            ("committed", s.committed),
+        ]
+    };
+    let mut out: Vec<String> = scalars(kernel)
+        .iter()
+        .zip(scalars(library))
+        .filter(|(k, l)| k.1 != l.1)
+        .map(|(k, l)| format!("{}: kernel {}, library {}", k.0, k.1, l.1))
+        .collect();
+    let rings = [
+        (
+            "scheduled_ns",
+            &kernel.scheduled_ns[..],
+            &library.scheduled_ns[..],
+        ),
+        (
+            "clock_counts",
+            &kernel.clock_counts[..],
+            &library.clock_counts[..],
+        ),
+    ];
+    for (name, k, l) in rings {
+        for (i, (a, b)) in k.iter().zip(l).enumerate() {
+            if a != b {
+                out.push(format!("{name}[{i}]: kernel {a}, library {b}"));
+            }
+        }
+    }
+    out
 }
