@@ -65,6 +65,14 @@
 //!   - `flow_mix_10k_telemetry`: `flow_mix_10k` with telemetry on at the
 //!     default sampling (1 in 64, plus every flow start): the cost of the
 //!     draw, and of the tail-called record writer when one is due.
+//!   - `aggregate_flow_mix_10k`, the anchor: the same tuples through the
+//!     aggregate pacer (one clock for every flow, Cilium's design), `repeat`
+//!     per call, each round starting with the clock at now. A frame takes
+//!     [`AGGREGATE_TX_NS`]: long beside a call, so the clock runs ahead and
+//!     every packet after a round's first is paced, and short enough that
+//!     a round's packets stay within the horizon. Both pacers' own costs
+//!     (`pacer_own_ns`, `aggregate_own_ns`: the path less the passthrough)
+//!     and their ratio come from the same run.
 //!
 //! Units: nanoseconds per packet (f64), fractions of measured packets
 //! (0..=1), rates in bytes per second, frame lengths in bytes.
@@ -88,7 +96,10 @@ use aya::{
 use serde::Serialize;
 use shaper_common::{
     EGRESS_PROGRAM, PASSTHROUGH_PROGRAM, POLICE_PROGRAM,
-    config::{DEFAULT_SAMPLE_EVERY, FLAG_TELEMETRY, PacerConfig, sample_threshold},
+    config::{
+        AggregateState, DEFAULT_SAMPLE_EVERY, FLAG_FAIR, FLAG_TELEMETRY, PacerConfig,
+        sample_threshold,
+    },
     counters::Counter,
     fair::FairState,
     flow::{FlowSet, WAYS},
@@ -129,6 +140,12 @@ const MIX_DELAY_BUDGET_NS: u64 = 4_000_000;
 
 /// Largest flow-mix chunk.
 const MAX_CHUNK: usize = 256;
+
+/// Transmission time per frame on the aggregate pacer's mix, 10 µs: a
+/// round of the default mix (10,000 flows × 4) advances the clock 400 ms,
+/// inside the 500 ms horizon. Larger mixes are paced at a shorter time
+/// ([`aggregate_tx_ns`]).
+const AGGREGATE_TX_NS: u64 = 10_000;
 
 /// What to measure.
 #[derive(Clone, Debug)]
@@ -263,6 +280,16 @@ pub struct HostReport {
     pub police_ns_per_packet: f64,
     /// The difference: what pacing adds.
     pub pacer_ns_per_packet: f64,
+    /// The aggregate pacer on the same tuples, paced: the anchor
+    /// (`aggregate_flow_mix_10k`).
+    pub aggregate_ns_per_packet: f64,
+    /// The fair pacer's own cost on the paced mix: the classifier less the
+    /// passthrough (the same figure as `pacer_ns_per_packet`).
+    pub pacer_own_ns: f64,
+    /// The aggregate pacer's own cost on the same tuples.
+    pub aggregate_own_ns: f64,
+    /// `pacer_own_ns / aggregate_own_ns`, from the same run.
+    pub own_cost_ratio: f64,
     /// Passthrough on one frame replayed `repeat` times per call.
     pub passthrough_hot_ns_per_packet: f64,
     /// Verdict shares of the headline measurement.
@@ -306,6 +333,7 @@ struct Bench {
     pass: ProgramFd,
     police: ProgramFd,
     police_link: Array<MapData, LinkState>,
+    aggregate: Array<MapData, AggregateState>,
     config: Array<MapData, PacerConfig>,
     counters: PerCpuArray<MapData, u64>,
     fair: Array<MapData, FairState>,
@@ -366,6 +394,7 @@ impl Bench {
             fair: take(&mut ebpf, maps::FAIR)?,
             flows: take(&mut ebpf, maps::FLOWS)?,
             police_link: take(&mut ebpf, maps::POLICE_LINK)?,
+            aggregate: take(&mut ebpf, maps::AGGREGATE)?,
             _ebpf: ebpf,
             egress,
             pass,
@@ -410,6 +439,7 @@ impl Bench {
                 op: "writing",
                 source,
             })?;
+        self.set_aggregate_clock(0)?;
         self.police_link
             .set(0, LinkState::default(), 0)
             .map_err(|source| BenchError::Map {
@@ -427,6 +457,21 @@ impl Bench {
                 })?;
         }
         Ok(())
+    }
+
+    /// Sets the aggregate pacer's clock.
+    fn set_aggregate_clock(&mut self, t_next_free_ns: u64) -> Result<(), BenchError> {
+        let state = AggregateState {
+            t_next_free_ns,
+            ..AggregateState::default()
+        };
+        self.aggregate
+            .set(0, state, 0)
+            .map_err(|source| BenchError::Map {
+                map: maps::AGGREGATE,
+                op: "writing",
+                source,
+            })
     }
 
     fn counts(&self) -> Result<Counts, BenchError> {
@@ -730,6 +775,16 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     info!(ns = police.ns_per_packet, "flow mix, policer, overloaded");
     let police_ns = police.ns_per_packet;
     paths.insert("police_flow_mix_10k", police);
+    // The anchor: the aggregate pacer on the same tuples.
+    let agg_tx_ns = aggregate_tx_ns(frames.len(), opts.mix_repeat);
+    let agg_rate = rate_for(len, agg_tx_ns);
+    b.prepare(agg_rate, |c| c.flags &= !FLAG_FAIR)?;
+    let agg = aggregate_mix(&mut b, &frames, opts, agg_rate, agg_tx_ns, mix_pass)?;
+    info!(ns = agg.ns_per_packet, "flow mix, aggregate pacer");
+    let aggregate_ns = agg.ns_per_packet;
+    paths.insert("aggregate_flow_mix_10k", agg);
+    let pacer_own_ns = mix.ns_per_packet - mix_pass;
+    let aggregate_own_ns = aggregate_ns - mix_pass;
     let report = HostReport {
         kernel_release: checks::kernel_release(),
         cpu_model: cpu_model(),
@@ -737,7 +792,15 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         flow_table_sets: opts.sets,
         classifier_ns_per_packet: mix.ns_per_packet,
         passthrough_ns_per_packet: mix_pass,
-        pacer_ns_per_packet: mix.ns_per_packet - mix_pass,
+        pacer_ns_per_packet: pacer_own_ns,
+        aggregate_ns_per_packet: aggregate_ns,
+        pacer_own_ns,
+        aggregate_own_ns,
+        own_cost_ratio: if aggregate_own_ns > 0.0 {
+            pacer_own_ns / aggregate_own_ns
+        } else {
+            f64::NAN
+        },
         police_ns_per_packet: police_ns,
         passthrough_hot_ns_per_packet: passthrough_hot,
         verdict_fractions: mix.verdicts.clone(),
@@ -831,6 +894,55 @@ fn flow_mix(
         } else {
             Counter::PassedUnpaced
         },
+    };
+    Ok(result(&spec, m, passthrough_ns))
+}
+
+/// A frame's transmission time on the aggregate mix: [`AGGREGATE_TX_NS`],
+/// or less when a round of `flows × repeat` packets would carry the clock
+/// past 400 ms (the horizon less a margin).
+fn aggregate_tx_ns(flows: usize, repeat: u32) -> u64 {
+    let packets = (flows as u64).saturating_mul(u64::from(repeat)).max(1);
+    AGGREGATE_TX_NS.min(400_000_000 / packets).max(1)
+}
+
+/// The aggregate pacer over every frame, `mix_repeat` per call, each round
+/// from a clock at now (see the module header).
+fn aggregate_mix(
+    b: &mut Bench,
+    frames: &[Vec<u8>],
+    opts: &HostOptions,
+    rate_bytes_per_s: u64,
+    tx_ns: u64,
+    passthrough_ns: f64,
+) -> Result<PathResult, BenchError> {
+    let r = opts.mix_repeat;
+    // Warm-up: every frame once, as the fair mixes do.
+    b.set_aggregate_clock(crate::telemetry::pipeline::monotonic_ns())?;
+    for f in frames {
+        b.call(Prog::Egress, f, 1)?;
+    }
+    let mut m = Measured::new();
+    for _ in 0..opts.rounds {
+        b.set_aggregate_clock(crate::telemetry::pipeline::monotonic_ns())?;
+        let before = b.counts()?;
+        let mut ns = 0.0;
+        for f in frames {
+            ns += b.call(Prog::Egress, f, r)?;
+        }
+        let after = b.counts()?;
+        m.add_delta(&before, &after);
+        let packets = frames.len() as u64 * u64::from(r);
+        m.samples.push(ns / packets.max(1) as f64);
+        m.packets += packets;
+    }
+    let spec = PathSpec {
+        flows: u32::try_from(frames.len()).unwrap_or(u32::MAX),
+        repeat: r,
+        chunk: 0,
+        rate_bytes_per_s,
+        tx_ns,
+        intended: Counter::Paced,
     };
     Ok(result(&spec, m, passthrough_ns))
 }

@@ -17,9 +17,12 @@
 //! JSON keys (top level): `schema`, `units`, the host part's fields
 //! (`classifier_ns_per_packet`, `passthrough_ns_per_packet`,
 //! `pacer_ns_per_packet`, `passthrough_hot_ns_per_packet`,
-//! `police_ns_per_packet` (the ingress policer), `verdict_fractions`,
+//! `police_ns_per_packet` (the ingress policer), `aggregate_ns_per_packet`
+//! (the aggregate pacer on the same mix, the anchor), `pacer_own_ns`,
+//! `aggregate_own_ns`, `own_cost_ratio`, `verdict_fractions`,
 //! `paths.{unpaced, paced, aqm_drop, horizon_drop, flow_mix_10k,
-//! flow_mix_10k_unpaced, police_flow_mix_10k, police_flow_mix_10k_unpaced}`,
+//! flow_mix_10k_unpaced, flow_mix_10k_telemetry, aggregate_flow_mix_10k,
+//! police_flow_mix_10k, police_flow_mix_10k_unpaced}`,
 //! `kernel_release`, ...), and `vm`
 //! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress}` for
 //! the download, each with `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`,
@@ -334,6 +337,14 @@ fn host_table(doc: &Value) -> String {
         num(doc, "classifier_ns_per_packet"),
         num(doc, "passthrough_ns_per_packet"),
         num(doc, "pacer_ns_per_packet")
+    ));
+    s.push_str(&format!(
+        "  aggregate pacer (same mix, paced) {:>7} ns/pkt   own cost {:>6} ns/pkt   fair pacer's \
+         own cost {:>6} ns/pkt, {}× the aggregate's\n",
+        num(doc, "aggregate_ns_per_packet"),
+        num(doc, "aggregate_own_ns"),
+        num(doc, "pacer_own_ns"),
+        num(doc, "own_cost_ratio"),
     ));
     s.push_str(&format!(
         "  ingress policer (10k-flow mix, overloaded) {:>7} ns/pkt\n",
