@@ -21,9 +21,9 @@
 use std::fs;
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, Map},
-    programs::{SchedClassifier, TcAttachType},
+    programs::TcAttachType,
 };
 use shaper_common::{EGRESS_PROGRAM, config::PacerConfig, fair::FairState, maps};
 use tracing::{info, warn};
@@ -54,98 +54,13 @@ pub struct Shaped {
 /// Loads the classifier and fills its configuration; the flow table gets
 /// `config.flow_sets_mask + 1` sets. Changes nothing on any interface.
 pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
-    let object = bpf::object()?;
-    let mut ebpf = EbpfLoader::new()
-        .map_max_entries(maps::FLOWS, config.flow_sets_mask.saturating_add(1))
-        .load(object)
-        .map_err(|e| AttachError::Load {
-            detail: format!("{e:#}"),
-        })?;
-    classifier(&mut ebpf)?
-        .load()
-        .map_err(|e| AttachError::Load {
-            detail: format!("{e:#}"),
-        })?;
-    load_telemetry(&mut ebpf)?;
-    write_config(&mut ebpf, config)?;
-    init_fair(&mut ebpf)?;
+    let mut ebpf = bpf::load::open(config.flow_sets_mask.saturating_add(1), &[])?;
+    bpf::load::load_classifier(&mut ebpf, EGRESS_PROGRAM)?;
+    bpf::load::load_telemetry(&mut ebpf)?;
+    bpf::load::set_entry0(&mut ebpf, maps::CONFIG, *config)?;
+    // The fair share starts at a multiplier of 1.0.
+    bpf::load::set_entry0(&mut ebpf, maps::FAIR, FairState::default())?;
     Ok(ebpf)
-}
-
-/// Loads the telemetry program and puts it in the classifier's jump slot
-/// (the classifier tail-calls it when a record is due).
-pub fn load_telemetry(ebpf: &mut Ebpf) -> Result<(), AttachError> {
-    let err = |detail: String| AttachError::Load { detail };
-    let prog: &mut SchedClassifier = ebpf
-        .program_mut(shaper_common::TELEMETRY_PROGRAM)
-        .ok_or_else(|| {
-            err(format!(
-                "the object has no program {}",
-                shaper_common::TELEMETRY_PROGRAM
-            ))
-        })?
-        .try_into()
-        .map_err(|e| err(format!("{}: {e}", shaper_common::TELEMETRY_PROGRAM)))?;
-    prog.load()
-        .map_err(|e| err(format!("{}: {e:#}", shaper_common::TELEMETRY_PROGRAM)))?;
-    let fd = prog
-        .fd()
-        .map_err(|e| err(format!("{}: {e}", shaper_common::TELEMETRY_PROGRAM)))?
-        .try_clone()
-        .map_err(|e| err(format!("{}: {e}", shaper_common::TELEMETRY_PROGRAM)))?;
-    let map = ebpf
-        .map_mut(maps::JUMP)
-        .ok_or_else(|| err(format!("the object has no map {}", maps::JUMP)))?;
-    let mut jump =
-        aya::maps::ProgramArray::try_from(map).map_err(|e| err(format!("{}: {e}", maps::JUMP)))?;
-    jump.set(shaper_common::JUMP_TELEMETRY, &fd, 0)
-        .map_err(|e| err(format!("filling {}: {e}", maps::JUMP)))
-}
-
-/// Starts the fair pacer's shared state at a multiplier of 1.0.
-pub(crate) fn init_fair(ebpf: &mut Ebpf) -> Result<(), AttachError> {
-    set_entry0(ebpf, maps::FAIR, FairState::default())
-}
-
-/// Writes entry 0 of the one-entry array map `name` in the loaded object.
-pub(crate) fn set_entry0<T: aya::Pod>(
-    ebpf: &mut Ebpf,
-    name: &str,
-    value: T,
-) -> Result<(), AttachError> {
-    let map = ebpf.map_mut(name).ok_or_else(|| AttachError::Load {
-        detail: format!("the object has no map {name}"),
-    })?;
-    let mut array: Array<_, T> = Array::try_from(map).map_err(|e| AttachError::Load {
-        detail: format!("{name}: {e}"),
-    })?;
-    array.set(0, value, 0).map_err(|e| AttachError::Load {
-        detail: format!("writing {name}: {e}"),
-    })
-}
-
-/// The egress classifier in the loaded object.
-fn classifier(ebpf: &mut Ebpf) -> Result<&mut SchedClassifier, AttachError> {
-    classifier_named(ebpf, EGRESS_PROGRAM)
-}
-
-/// The TC classifier `name` in the loaded object.
-pub(crate) fn classifier_named<'a>(
-    ebpf: &'a mut Ebpf,
-    name: &str,
-) -> Result<&'a mut SchedClassifier, AttachError> {
-    ebpf.program_mut(name)
-        .ok_or_else(|| AttachError::Load {
-            detail: format!("the object has no program {name}"),
-        })?
-        .try_into()
-        .map_err(|e| AttachError::Load {
-            detail: format!("{name} is not a TC classifier: {e}"),
-        })
-}
-
-pub(crate) fn write_config(ebpf: &mut Ebpf, config: &PacerConfig) -> Result<(), AttachError> {
-    set_entry0(ebpf, maps::CONFIG, *config)
 }
 
 /// Attaches to `link` as `config` says. On failure after the first change,
@@ -249,7 +164,7 @@ fn attach_steps(
     if !kernel_has_tcx() {
         ensure_clsact(link, paths, record)?;
     }
-    let program = classifier(ebpf)?;
+    let program = bpf::load::classifier(ebpf, EGRESS_PROGRAM)?;
     let link_pin = paths.pin_dir.join(pins::LINK);
     attach_classifier(program, link, TcAttachType::Egress, &link_pin, |mode| {
         record.attach = Some(mode);

@@ -104,6 +104,18 @@ pub enum AttachError {
     },
 }
 
+impl From<bpf::load::LoadError> for AttachError {
+    /// A missing object stays the usage error it is; any other step failed.
+    fn from(e: bpf::load::LoadError) -> Self {
+        match e {
+            bpf::load::LoadError::Object(o) => AttachError::Object(o),
+            other => AttachError::Load {
+                detail: other.to_string(),
+            },
+        }
+    }
+}
+
 /// True when the kernel has TCX (Linux 6.6, commit e420bed02507).
 pub fn kernel_has_tcx() -> bool {
     KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))

@@ -35,15 +35,14 @@
 use std::fs;
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Map, PerCpuArray},
     programs::{SchedClassifier, TcAttachType},
 };
-use shaper_common::{POLICE_PROGRAM, REDIRECT_PROGRAM, counters::Counter, maps};
+use shaper_common::{POLICE_PROGRAM, REDIRECT_PROGRAM, counters::Counter, fair::FairState, maps};
 use tracing::{info, warn};
 
 use crate::{
-    attach::{classifier_named, init_fair, set_entry0, write_config},
     bpf,
     config::RunConfig,
     counters::CounterSnapshot,
@@ -85,20 +84,11 @@ pub fn load(
     let mut pacer = config.pacer_config(has_l2_header);
     // No telemetry records from the policer (counters only).
     pacer.flags &= !shaper_common::config::FLAG_TELEMETRY;
-    let object = bpf::object()?;
-    let mut ebpf = EbpfLoader::new()
-        .map_max_entries(maps::FLOWS, pacer.flow_sets_mask.saturating_add(1))
-        .load(object)
-        .map_err(|e| AttachError::Load {
-            detail: format!("{e:#}"),
-        })?;
-    program(&mut ebpf, mode)?
-        .load()
-        .map_err(|e| AttachError::Load {
-            detail: format!("{}: {e:#}", program_name(mode)),
-        })?;
-    write_config(&mut ebpf, &pacer)?;
-    init_fair(&mut ebpf)?;
+    let mut ebpf = bpf::load::open(pacer.flow_sets_mask.saturating_add(1), &[])?;
+    bpf::load::load_classifier(&mut ebpf, program_name(mode))?;
+    bpf::load::set_entry0(&mut ebpf, maps::CONFIG, pacer)?;
+    // The fair share starts at a multiplier of 1.0.
+    bpf::load::set_entry0(&mut ebpf, maps::FAIR, FairState::default())?;
     Ok(ebpf)
 }
 
@@ -110,7 +100,7 @@ fn program_name(mode: IngressMode) -> &'static str {
 }
 
 fn program(ebpf: &mut Ebpf, mode: IngressMode) -> Result<&mut SchedClassifier, AttachError> {
-    classifier_named(ebpf, program_name(mode))
+    Ok(bpf::load::classifier(ebpf, program_name(mode))?)
 }
 
 /// Attaches ingress shaping of `mode` to `link` at `config.rate`. `record`
@@ -208,7 +198,7 @@ fn shape_ifb(
     ifb_config.iface = name.clone();
     ifb_config.from_ingress = true;
     let shaped = crate::attach::attach(&ifb_config, &ifb_link, paths.sibling(&name))?;
-    set_entry0(redirect, maps::REDIRECT, ifindex)?;
+    bpf::load::set_entry0(redirect, maps::REDIRECT, ifindex)?;
     info!(ifb = %name, ifindex, "shaping the download on the IFB");
     Ok(shaped)
 }

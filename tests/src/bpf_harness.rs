@@ -11,9 +11,9 @@
 use std::{collections::BTreeMap, os::fd::AsFd, sync::Mutex};
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, MapData, PerCpuArray},
-    programs::{ProgramFd, SchedClassifier},
+    programs::ProgramFd,
     util::KernelVersion,
 };
 use shaper::{
@@ -171,27 +171,18 @@ impl Loaded {
         if let Some(reason) = skip_reason() {
             panic!("cannot load {name}: {reason} (a test checks require(&[Need::Bpf]) first)");
         }
-        let object = shaper::bpf::object().unwrap_or_else(|e| {
+        shaper::bpf::object().unwrap_or_else(|e| {
             panic!(
                 "{e}. For this test: build the object (RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 \
                  cargo build -p shaper-ebpf --release --target bpfel-unknown-none \
                  -Z build-std=core --target-dir target/bpf), then rerun"
             )
         });
-        let mut ebpf = EbpfLoader::new().load(object).expect("load the BPF object");
-        let prog: &mut SchedClassifier = ebpf
-            .program_mut(name)
-            .unwrap_or_else(|| panic!("no program {name} in the object"))
-            .try_into()
-            .unwrap_or_else(|e| panic!("{name} is not a classifier: {e}"));
-        prog.load()
-            .unwrap_or_else(|e| panic!("loading {name} (verifier log inside): {e:#?}"));
-        let prog = prog
-            .fd()
-            .expect("loaded")
-            .try_clone()
-            .expect("dup program fd");
-        shaper::attach::load_telemetry(&mut ebpf)
+        let sets = shaper_common::flow::DEFAULT_FLOWS / shaper_common::flow::WAYS as u32;
+        let mut ebpf = shaper::bpf::load::open(sets, &[]).expect("load the BPF object");
+        let prog = shaper::bpf::load::program_fd(&mut ebpf, name)
+            .unwrap_or_else(|e| panic!("loading {name} (verifier log inside): {e}"));
+        shaper::bpf::load::load_telemetry(&mut ebpf)
             .unwrap_or_else(|e| panic!("loading the telemetry program: {e}"));
         let reset = ResetPlan::of(&ebpf);
         let take = |ebpf: &mut Ebpf, name: &str| {

@@ -89,9 +89,9 @@ use std::{
 };
 
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, MapData, MapError, PerCpuArray},
-    programs::{ProgramFd, SchedClassifier},
+    programs::ProgramFd,
 };
 use serde::Serialize;
 use shaper_common::{
@@ -112,7 +112,7 @@ use tracing::info;
 use super::frames::{Ecn, tcp_frame};
 use crate::{
     bpf::{
-        self, ObjectError,
+        self,
         test_run::{TestRunError, run_skb},
     },
     checks::{self, Capabilities, CheckError},
@@ -183,20 +183,12 @@ impl Default for HostOptions {
 /// Why the host benchmark failed.
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    /// No object embedded.
-    #[error(transparent)]
-    Object(#[from] ObjectError),
     /// Missing privileges.
     #[error(transparent)]
     Check(#[from] CheckError),
-    /// Loading the object or a program failed.
-    #[error("loading {what} failed: {detail}")]
-    Load {
-        /// The object or program.
-        what: String,
-        /// aya's error, with the verifier log if any.
-        detail: String,
-    },
+    /// Loading the object or a program failed, or the object is missing.
+    #[error(transparent)]
+    Bpf(#[from] bpf::load::LoadError),
     /// Reading the counters failed.
     #[error(transparent)]
     Counters(#[from] crate::counters::CounterError),
@@ -341,60 +333,20 @@ struct Bench {
     sets: u32,
 }
 
-fn load_prog(ebpf: &mut Ebpf, name: &'static str) -> Result<ProgramFd, BenchError> {
-    let load_err = |detail: String| BenchError::Load {
-        what: name.to_owned(),
-        detail,
-    };
-    let prog: &mut SchedClassifier = ebpf
-        .program_mut(name)
-        .ok_or_else(|| load_err("not in the object".to_owned()))?
-        .try_into()
-        .map_err(|e| load_err(format!("not a classifier: {e}")))?;
-    prog.load().map_err(|e| load_err(format!("{e:#}")))?;
-    let fd = prog.fd().map_err(|e| load_err(format!("{e:#}")))?;
-    fd.try_clone().map_err(|e| load_err(format!("dup: {e}")))
-}
-
-fn take<T: TryFrom<aya::maps::Map, Error = MapError>>(
-    ebpf: &mut Ebpf,
-    name: &'static str,
-) -> Result<T, BenchError> {
-    let map = ebpf.take_map(name).ok_or_else(|| BenchError::Load {
-        what: name.to_owned(),
-        detail: "no such map in the object".to_owned(),
-    })?;
-    T::try_from(map).map_err(|source| BenchError::Map {
-        map: name,
-        op: "opening",
-        source,
-    })
-}
-
 impl Bench {
     fn load(sets: u32) -> Result<Self, BenchError> {
-        let object = bpf::object()?;
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries(maps::FLOWS, sets)
-            .load(object)
-            .map_err(|e| BenchError::Load {
-                what: "the BPF object".to_owned(),
-                detail: format!("{e:#}"),
-            })?;
-        let egress = load_prog(&mut ebpf, EGRESS_PROGRAM)?;
-        let pass = load_prog(&mut ebpf, PASSTHROUGH_PROGRAM)?;
-        let police = load_prog(&mut ebpf, POLICE_PROGRAM)?;
-        crate::attach::load_telemetry(&mut ebpf).map_err(|e| BenchError::Load {
-            what: "the telemetry program".to_owned(),
-            detail: e.to_string(),
-        })?;
+        let mut ebpf = bpf::load::open(sets, &[])?;
+        let egress = bpf::load::program_fd(&mut ebpf, EGRESS_PROGRAM)?;
+        let pass = bpf::load::program_fd(&mut ebpf, PASSTHROUGH_PROGRAM)?;
+        let police = bpf::load::program_fd(&mut ebpf, POLICE_PROGRAM)?;
+        bpf::load::load_telemetry(&mut ebpf)?;
         Ok(Self {
-            config: take(&mut ebpf, maps::CONFIG)?,
-            counters: take(&mut ebpf, maps::COUNTERS)?,
-            fair: take(&mut ebpf, maps::FAIR)?,
-            flows: take(&mut ebpf, maps::FLOWS)?,
-            police_link: take(&mut ebpf, maps::POLICE_LINK)?,
-            aggregate: take(&mut ebpf, maps::AGGREGATE)?,
+            config: bpf::load::take(&mut ebpf, maps::CONFIG)?,
+            counters: bpf::load::take(&mut ebpf, maps::COUNTERS)?,
+            fair: bpf::load::take(&mut ebpf, maps::FAIR)?,
+            flows: bpf::load::take(&mut ebpf, maps::FLOWS)?,
+            police_link: bpf::load::take(&mut ebpf, maps::POLICE_LINK)?,
+            aggregate: bpf::load::take(&mut ebpf, maps::AGGREGATE)?,
             _ebpf: ebpf,
             egress,
             pass,

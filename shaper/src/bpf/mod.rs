@@ -1,5 +1,6 @@
 //! The embedded BPF object and helpers to load it.
 
+pub mod load;
 pub mod test_run;
 
 /// The BPF object built by `cargo xtask build-ebpf`, 8-byte aligned as the

@@ -23,8 +23,8 @@
 //! `observe_egress`/`observe_ingress` in `tc filter show`).
 
 use aya::{
-    Ebpf, EbpfLoader,
-    maps::{Array, PerCpuArray},
+    Ebpf,
+    maps::PerCpuArray,
     programs::{
         LinkOrder, ProgramError, SchedClassifier, TcAttachType,
         tc::{NlOptions, SchedClassifierLinkId, TcAttachOptions},
@@ -32,7 +32,6 @@ use aya::{
 };
 use shaper_common::{
     config::FLAG_NO_L2,
-    maps,
     observe::{
         Direction, Kind, OBSERVE_COUNTERS_MAP, OBSERVE_EGRESS_PROGRAM, OBSERVE_FLAGS_MAP,
         OBSERVE_INGRESS_PROGRAM, slot,
@@ -98,28 +97,25 @@ fn load_err(e: impl std::fmt::Display) -> ObserveError {
 /// (`has_l2`: frames start with a link-layer header). Changes nothing on
 /// any interface.
 pub fn load(has_l2: bool) -> Result<Ebpf, ObserveError> {
-    let object = bpf::object()?;
-    let mut ebpf = EbpfLoader::new()
-        .map_max_entries(maps::FLOWS, 1)
-        .load(object)
-        .map_err(load_err)?;
+    let mut ebpf = bpf::load::open(1, &[]).map_err(load_failed)?;
     for name in [OBSERVE_EGRESS_PROGRAM, OBSERVE_INGRESS_PROGRAM] {
-        program(&mut ebpf, name)?.load().map_err(load_err)?;
+        bpf::load::load_classifier(&mut ebpf, name).map_err(load_failed)?;
     }
-    let map = ebpf
-        .map_mut(OBSERVE_FLAGS_MAP)
-        .ok_or_else(|| load_err(format!("the object has no map {OBSERVE_FLAGS_MAP}")))?;
-    let mut flags: Array<_, u32> = Array::try_from(map).map_err(load_err)?;
-    let value = if has_l2 { 0 } else { FLAG_NO_L2 };
-    flags.set(0, value, 0).map_err(load_err)?;
+    let value: u32 = if has_l2 { 0 } else { FLAG_NO_L2 };
+    bpf::load::set_entry0(&mut ebpf, OBSERVE_FLAGS_MAP, value).map_err(load_failed)?;
     Ok(ebpf)
 }
 
+/// A missing object stays the usage error it is; any other step failed.
+fn load_failed(e: bpf::load::LoadError) -> ObserveError {
+    match e {
+        bpf::load::LoadError::Object(o) => ObserveError::Object(o),
+        other => load_err(other),
+    }
+}
+
 fn program<'a>(ebpf: &'a mut Ebpf, name: &str) -> Result<&'a mut SchedClassifier, ObserveError> {
-    ebpf.program_mut(name)
-        .ok_or_else(|| load_err(format!("the object has no program {name}")))?
-        .try_into()
-        .map_err(|e: ProgramError| load_err(format!("{name} is not a TC classifier: {e}")))
+    bpf::load::classifier(ebpf, name).map_err(load_failed)
 }
 
 /// Loads and attaches both hooks to `link`. On failure, whatever was

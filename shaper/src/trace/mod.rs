@@ -32,7 +32,7 @@ use std::{
 
 use anyhow::{Context, Result};
 use aya::{
-    Ebpf, EbpfLoader,
+    Ebpf,
     maps::{Array, MapData, PerCpuArray, RingBuf},
     programs::{ProgramError, RawTracePoint},
 };
@@ -202,14 +202,18 @@ impl Tracer {
             .unwrap_or(0);
         let config = resolve_config(&btf, link.ifindex, netns_ino)?;
         debug!(?config, "resolved kernel offsets");
-        let object = crate::bpf::object()?;
-        let mut ebpf = EbpfLoader::new()
-            .map_max_entries(shaper_common::maps::FLOWS, 1)
-            .map_max_entries(shaper_common::maps::EVENTS, PAGE_BYTES)
-            .map_max_entries(names::STAMPS, STAMP_ENTRIES)
-            .map_max_entries(names::EVENTS, RING_BYTES)
-            .load(object)
-            .map_err(|e| load_error("the object")(format!("{e:#}")))?;
+        let mut ebpf = crate::bpf::load::open(
+            1,
+            &[
+                (shaper_common::maps::EVENTS, PAGE_BYTES),
+                (names::STAMPS, STAMP_ENTRIES),
+                (names::EVENTS, RING_BYTES),
+            ],
+        )
+        .map_err(|e| match e {
+            crate::bpf::load::LoadError::Object(o) => anyhow::Error::from(o),
+            other => load_error("the object")(other.to_string()),
+        })?;
         {
             let map = ebpf
                 .map_mut(names::CONFIG)
