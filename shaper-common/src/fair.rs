@@ -347,13 +347,9 @@ pub fn departure_slot(epoch: u64, depart_ns: u64) -> usize {
 /// [1.0, MULT_MAX).
 ///
 /// Why a quarter: TCP answers a new share about one RTT plus its queue
-/// later (three or more epochs), and at half a step per epoch the loop
-/// oscillated (`m` between 1 and 10 every 300 ms in the simulator's join
-/// case; swings of ±50% with four steady flows in the VM). A quarter:
-/// simulator steady excess 14 ms in 100 ms windows (22 before), VM goodput
-/// at 20/50/200 Mbit/s 0.960/0.956/0.944 of the rate with loaded ping p99
-/// 23 ms (CAKE 27); the cost is a slower take-up when flows leave (share
-/// back to 0.9 C in 84 ms instead of 42).
+/// later (three or more epochs), and a half step per epoch makes the loop
+/// oscillate; the cost is a slower take-up of a share that flows leave.
+/// `docs/pacer.md` (method, step 2) has the measurements.
 #[inline(always)]
 pub fn update_mult(mult_q16: u64, scheduled_ns: u64) -> u64 {
     // scheduled / epoch in Q16, clamped.
@@ -382,10 +378,8 @@ const RECIPROCAL_Q16: [u32; 65] = {
 /// flow counts as active in a window when it sent a packet in it, so the
 /// window must be longer than the gap between the packets of a flow at its
 /// share: a 64 KB GSO packet at a 20 Mbit/s link shared by 8 flows is one
-/// every 210 ms. A shorter window (one epoch, with a forgetting maximum)
-/// undercounted such flows, capped `m` below the water level, and the pacer
-/// overshot (goodput 0.979 of the rate at 20 Mbit/s with GSO in the VM,
-/// above what TCP's headers leave).
+/// every 210 ms. A shorter window undercounts such flows, caps `m` below
+/// the water level, and the pacer overshoots.
 pub const ACTIVE_WINDOW_SHIFT: u32 = 5;
 
 /// Counts `flow` as active in the window of `epoch` (it just sent a
@@ -427,19 +421,15 @@ pub fn roll_active(active_last: u64, active_now: u64, old: u64, new: u64) -> (u6
 /// Why: with `n` active flows, `sum(min(r_i, C/m)) = C` has its solution at
 /// `m <= n` (each flow takes at most `C/m`, so `n * C/m >= C`). The
 /// accepted-traffic feedback alone does not know this: slow-start bursts
-/// are accepted far faster than they can depart, and the simulator saw
-/// four flows drive `m` to 21 (a share of C/21, so 500 ms of scheduled
-/// delay and horizon drops within the first second, as in the VM's ECN
-/// test). The slack of one covers a flow whose packets are further apart
-/// than a window.
+/// are accepted far faster than they can depart and would drive `m` far
+/// above the flows' number, and their delays into the horizon. The slack
+/// of one covers a flow whose packets are further apart than a window.
 ///
-/// Known cost: the feedback swings about ±50% around the water level with
-/// TCP flows, and the cap clips only the upper swings, so the mean share
-/// rises: goodput 0.977 of the rate at 20 Mbit/s with GSO in the VM (TCP's
-/// headers leave 0.956), i.e. about 2% over the rate. A cap of `2n` kept
-/// that run at 0.946 but let the simulator's join case oscillate (`m`
-/// between 1 and 10 every 300 ms, 50 ms of excess in 100 ms windows). The
-/// cure is a better-damped share estimate, not a looser cap.
+/// Known cost: the feedback swings around the water level with TCP flows
+/// and the cap clips only the upper swings, so the mean share rises a
+/// little above the rate; a looser cap lets the join case oscillate. The
+/// cure is a better-damped share estimate, not a looser cap
+/// (`docs/pacer.md`, method, step 4, has the measurements).
 #[inline(always)]
 pub fn mult_cap(active_last: u64, active_now: u64) -> u64 {
     let n = if active_now > active_last {

@@ -12,11 +12,10 @@
 //!   flow at a time, and never on a flow below the least fair share. The
 //!   flow's own CoDel is off; the overload rule (a flow more than an
 //!   interval behind its CSFQ share) stays for unresponsive senders.
-//!   Why: with each flow's own CoDel ([`police`]), equal flows crossed
-//!   target together and halved together, and the CSFQ multiplier lagged
-//!   (at m = 1 no flow is above its share), so the upstream FIFO filled and
-//!   tail-dropped everyone: goodput 0.80 of the rate at 20 ms and 0.71 at
-//!   80 ms in the simulator, against 0.95 and 0.93 with this rule.
+//!   Why: with each flow's own CoDel ([`police`]), equal flows cross
+//!   target together and halve together, and the CSFQ multiplier lags (at
+//!   m = 1 no flow is above its share), so the upstream FIFO fills and
+//!   tail-drops everyone (`docs/ingress.md` has the simulator's figures).
 //! - [`police`], **each flow's own CoDel**, the first design, kept as the
 //!   simulator's baseline.
 //!

@@ -6,7 +6,7 @@
 //!
 //! The rest of the prologue (pricing the wire length, reading the clock)
 //! stays written out in each program: returned from here in a struct, it
-//! pushed the policer past the verifier's million-instruction limit again.
+//! pushes the policer past the verifier's million-instruction limit.
 
 use shaper_common::{
     config::{FLAG_NO_L2, PacerConfig},
