@@ -31,9 +31,10 @@ use tracing::{info, warn};
 use crate::{
     bpf,
     checks::CheckError,
+    checks::kernel_has_tcx,
     config::RunConfig,
     gso,
-    hook::{AttachError, attach_classifier, ensure_clsact, kernel_has_tcx, pin_err, tc_err},
+    hook::{AttachError, attach_classifier, ensure_clsact, pin_err, tc_err},
     link::Link,
     pins,
     state::{AttachMode, Paths, Record, ensure_bpffs},

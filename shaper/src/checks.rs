@@ -8,7 +8,9 @@
 
 use std::{fs, io, path::PathBuf};
 
-use crate::link::Link;
+use aya::util::KernelVersion;
+
+use crate::{config::RunConfig, link::Link, tc};
 
 /// Capability numbers (include/uapi/linux/capability.h).
 pub const CAP_NET_ADMIN: u32 = 12;
@@ -203,6 +205,71 @@ pub fn kernel_release() -> String {
     fs::read_to_string("/proc/sys/kernel/osrelease")
         .map(|s| s.trim().to_owned())
         .unwrap_or_else(|_| "unknown".to_owned())
+}
+
+/// True when the kernel has TCX (Linux 6.6, commit e420bed02507).
+pub fn kernel_has_tcx() -> bool {
+    KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
+}
+
+/// Checks the TC hooks the shaper attaches to exist: TCX, or else the
+/// clsact qdisc (probed in a throwaway network namespace).
+pub fn require_tc_hooks() -> Result<(), CheckError> {
+    if kernel_has_tcx() {
+        return Ok(());
+    }
+    let has_clsact = crate::tc::probe_clsact().map_err(|e| CheckError::NoBpf {
+        release: kernel_release(),
+        detail: format!("probing clsact failed: {e}"),
+    })?;
+    if has_clsact {
+        Ok(())
+    } else {
+        Err(CheckError::NoClsact {
+            release: kernel_release(),
+        })
+    }
+}
+
+/// Checks the kernel can do what `run` needs: sch_fq when `egress` is
+/// shaped or an IFB is (`ifb`: it holds packets to their departure times),
+/// for an IFB without TCX matchall and mirred (see
+/// [`CheckError::IfbNeedsMirred`]), the TC hooks and BPF
+/// always. Changes nothing visible (the qdisc probes run in a throwaway
+/// network namespace).
+pub fn check_kernel(egress: Option<&RunConfig>, ifb: Option<&RunConfig>) -> Result<(), CheckError> {
+    let release = kernel_release();
+    let probe_failed = |what: &str, e: tc::TcError| CheckError::NoBpf {
+        release: release.clone(),
+        detail: format!("probing {what} failed: {e}"),
+    };
+    if let Some(config) = egress.or(ifb)
+        && !tc::probe_qdisc_kind("fq").map_err(|e| probe_failed("sch_fq", e))?
+    {
+        return Err(CheckError::NoSchFq {
+            release,
+            iface: config.iface.clone(),
+            rate: config.rate.to_string(),
+        });
+    }
+    if ifb.is_some()
+        && !kernel_has_tcx()
+        && !tc::probe_mirred().map_err(|e| probe_failed("matchall + mirred", e))?
+    {
+        return Err(CheckError::IfbNeedsMirred { release });
+    }
+    require_tc_hooks()?;
+    match aya::sys::is_program_supported(aya::programs::ProgramType::SchedClassifier) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(CheckError::NoBpf {
+            release,
+            detail: "the kernel refused a trivial TC program".into(),
+        }),
+        Err(e) => Err(CheckError::NoBpf {
+            release,
+            detail: e.to_string(),
+        }),
+    }
 }
 
 #[cfg(test)]

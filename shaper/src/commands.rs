@@ -7,10 +7,10 @@ use tracing::{info, warn};
 
 use crate::{
     attach,
-    checks::{self, Capabilities, CheckError, kernel_release},
+    checks::{self, Capabilities, CheckError},
     cli::RunArgs,
     config::RunConfig,
-    hook::{self, AttachError},
+    hook::AttachError,
     ingress::{self, IngressMode},
     link::{Link, link_by_name},
     state::{self, Paths, Record, Roots},
@@ -39,49 +39,6 @@ impl Drop for UndoGuard {
         if let Err(e) = self.undo_now() {
             warn!(error = %e, "restoring the interface failed; run `shaper cleanup`");
         }
-    }
-}
-
-/// Checks the kernel can do what `run` needs: sch_fq when `egress` is
-/// shaped or an IFB is (`ifb`: it holds packets to their departure times),
-/// for an IFB without TCX matchall and mirred (see
-/// [`CheckError::IfbNeedsMirred`]), the TC hooks and BPF
-/// always. Changes nothing visible (the qdisc probes run in a throwaway
-/// network namespace).
-pub fn check_kernel(egress: Option<&RunConfig>, ifb: Option<&RunConfig>) -> Result<(), CheckError> {
-    let release = kernel_release();
-    let probe_failed = |what: &str, e: tc::TcError| CheckError::NoBpf {
-        release: release.clone(),
-        detail: format!("probing {what} failed: {e}"),
-    };
-    if let Some(config) = egress.or(ifb)
-        && !tc::probe_qdisc_kind("fq").map_err(|e| probe_failed("sch_fq", e))?
-    {
-        return Err(CheckError::NoSchFq {
-            release,
-            iface: config.iface.clone(),
-            rate: config.rate.to_string(),
-        });
-    }
-    if ifb.is_some()
-        && !hook::kernel_has_tcx()
-        && !tc::probe_mirred().map_err(|e| probe_failed("matchall + mirred", e))?
-    {
-        return Err(CheckError::IfbNeedsMirred { release });
-    }
-    if !hook::kernel_has_tcx() && !tc::probe_clsact().map_err(|e| probe_failed("clsact", e))? {
-        return Err(CheckError::NoClsact { release });
-    }
-    match aya::sys::is_program_supported(aya::programs::ProgramType::SchedClassifier) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(CheckError::NoBpf {
-            release,
-            detail: "the kernel refused a trivial TC program".into(),
-        }),
-        Err(e) => Err(CheckError::NoBpf {
-            release,
-            detail: e.to_string(),
-        }),
     }
 }
 
@@ -136,7 +93,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let ifb = ingress
         .as_ref()
         .filter(|_| args.ingress_mode == IngressMode::Ifb);
-    check_kernel(egress.as_ref(), ifb)?;
+    checks::check_kernel(egress.as_ref(), ifb)?;
     if link.oper_state == "down" || link.oper_state == "lowerlayerdown" {
         warn!(iface = %link.name, state = %link.oper_state, "the interface has no carrier; shaping anyway");
     }

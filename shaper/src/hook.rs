@@ -21,12 +21,11 @@ use aya::{
         tc::{NlOptions, SchedClassifierLink, TcAttachOptions, TcHandle},
     },
     sys::SyscallError,
-    util::KernelVersion,
 };
 
 use crate::{
     bpf,
-    checks::CheckError,
+    checks::{CheckError, kernel_has_tcx},
     link::Link,
     state::{AttachMode, Paths, Record},
     tc,
@@ -114,11 +113,6 @@ impl From<bpf::load::LoadError> for AttachError {
             },
         }
     }
-}
-
-/// True when the kernel has TCX (Linux 6.6, commit e420bed02507).
-pub fn kernel_has_tcx() -> bool {
-    KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
 }
 
 pub(crate) fn tc_err(step: &'static str, iface: &str) -> impl FnOnce(tc::TcError) -> AttachError {

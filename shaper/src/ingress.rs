@@ -44,9 +44,10 @@ use tracing::{info, warn};
 
 use crate::{
     bpf,
+    checks::kernel_has_tcx,
     config::RunConfig,
     counters::CounterSnapshot,
-    hook::{AttachError, attach_classifier, ensure_clsact, kernel_has_tcx, pin_err},
+    hook::{AttachError, attach_classifier, ensure_clsact, pin_err},
     ifb,
     link::{Link, link_by_name},
     pins,

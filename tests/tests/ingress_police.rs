@@ -202,7 +202,7 @@ fn ifb_mode_round_trips(pair: &Pair, before: &str, args: &[&str]) {
         );
         let ifb = pair.right.sh("tc qdisc show dev ifb4right0");
         assert!(ifb.contains("qdisc fq 5348:"), "the IFB's root: {ifb}");
-        if !shaper::hook::kernel_has_tcx() {
+        if !shaper::checks::kernel_has_tcx() {
             // Below TCX the redirect is tc's matchall + mirred (tc::mirred).
             let filters = pair.right.sh("tc filter show dev right0 ingress");
             assert!(

@@ -108,7 +108,7 @@ fn hook_counters_equal_what_was_sent_and_detach_leaves_no_trace() {
     let program = classifier(&mut ebpf);
     // Below 6.6 (no TCX) the classifier goes on clsact, as `shaper run` does.
     let ifindex = shaper::link::link_by_name("va0").expect("va0").ifindex;
-    let tcx = shaper::hook::kernel_has_tcx();
+    let tcx = shaper::checks::kernel_has_tcx();
     if !tcx {
         shaper::tc::add_clsact(ifindex).expect("add clsact");
     }
@@ -209,7 +209,7 @@ fn device_without_link_header_is_parsed_from_the_ip_header() {
     for (has_l2, want_ipv4) in [(link.has_l2_header, true), (true, false)] {
         let (mut ebpf, counters) = load_counting(&config_for(has_l2));
         let program = classifier(&mut ebpf);
-        let tcx = shaper::hook::kernel_has_tcx();
+        let tcx = shaper::checks::kernel_has_tcx();
         if !tcx {
             shaper::tc::add_clsact(link.ifindex).expect("add clsact");
         }

@@ -77,7 +77,7 @@ pub fn run(args: LabArgs) -> Result<()> {
     }
     // Without TCX, shaper-ifb feeds its IFB with tc's matchall + mirred.
     if config.states.contains(&StateKind::ShaperIfb)
-        && !crate::hook::kernel_has_tcx()
+        && !crate::checks::kernel_has_tcx()
         && !crate::tc::probe_mirred().unwrap_or(false)
     {
         return Err(LabUsageError::Invalid {

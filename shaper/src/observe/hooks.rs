@@ -42,8 +42,8 @@ use tracing::{info, warn};
 use super::{ObserveError, report::Counts};
 use crate::{
     bpf,
+    checks::kernel_has_tcx,
     counters::read_total,
-    hook::kernel_has_tcx,
     link::Link,
     tc::{
         self,

@@ -34,8 +34,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tracing::info;
 
 use crate::{
-    checks::{Capabilities, CheckError, kernel_release},
-    hook::kernel_has_tcx,
+    checks::Capabilities,
     link::link_by_name,
     state::{self, Roots},
     tc,
@@ -197,18 +196,7 @@ fn emit(line: &str) {
 pub fn run(config: ObserveConfig) -> Result<()> {
     Capabilities::current()?.check()?;
     let link = link_by_name(&config.iface)?;
-    if !kernel_has_tcx() {
-        let has_clsact = tc::probe_clsact().map_err(|e| CheckError::NoBpf {
-            release: kernel_release(),
-            detail: format!("probing clsact failed: {e}"),
-        })?;
-        if !has_clsact {
-            return Err(CheckError::NoClsact {
-                release: kernel_release(),
-            }
-            .into());
-        }
-    }
+    crate::checks::require_tc_hooks()?;
     // Where a pacer on this interface would have pinned its flow table.
     let netns = state::current_netns()?;
     let pin_dir = Roots::default().paths(&link.name, netns).pin_dir;
