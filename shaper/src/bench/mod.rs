@@ -44,6 +44,7 @@
 pub mod cases;
 pub mod frames;
 pub mod host;
+mod loaded;
 pub mod matrix;
 pub mod scale;
 pub mod timed;

@@ -1,0 +1,211 @@
+//! The object the host part measures, loaded once: the egress classifier,
+//! the passthrough and the policer as program descriptors for
+//! `BPF_PROG_TEST_RUN`, and the maps a path sets up before it runs (see
+//! `host` for the method). `prepare` puts every map in the state a path
+//! starts from: the fair pacer's defaults at a chosen rate with a fixed hash
+//! seed, the fair share frozen at 1.0, the virtual link, the aggregate
+//! clock and the flow table empty.
+//!
+//! Non-goals: measuring; `host` times the calls.
+
+use std::os::fd::AsFd;
+
+use aya::{
+    Ebpf,
+    maps::{Array, MapData, MapError, PerCpuArray},
+    programs::ProgramFd,
+};
+use shaper_common::{
+    EGRESS_PROGRAM, PASSTHROUGH_PROGRAM, POLICE_PROGRAM,
+    config::{AggregateState, PacerConfig},
+    fair::FairState,
+    flow::FlowSet,
+    maps,
+    police::LinkState,
+    rate::ScaledRate,
+};
+
+use crate::{
+    bpf::{
+        self,
+        test_run::{TestRunError, run_skb},
+    },
+    checks::CheckError,
+    counters::CounterSnapshot,
+};
+
+/// Hash seed of every run, so flows land in the same sets each time.
+const HASH_SEED: u64 = 0x5EED_BE4C_0000_0001;
+
+/// An epoch the clock never reaches (`now >> 23` passes 2^32 only after
+/// about a century of uptime): written into `SHAPER_FAIR` so no packet rolls
+/// the epoch and the fair share stays at 1.0.
+const FROZEN_EPOCH: u64 = 1 << 48;
+
+/// Why the host benchmark failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// Missing privileges.
+    #[error(transparent)]
+    Check(#[from] CheckError),
+    /// Loading the object or a program failed, or the object is missing.
+    #[error(transparent)]
+    Bpf(#[from] bpf::load::LoadError),
+    /// Reading the counters failed.
+    #[error(transparent)]
+    Counters(#[from] crate::counters::CounterError),
+    /// A map operation failed.
+    #[error("{op} {map} failed")]
+    Map {
+        /// The map's name.
+        map: &'static str,
+        /// What was done.
+        op: &'static str,
+        /// aya's error.
+        #[source]
+        source: MapError,
+    },
+    /// A test run failed.
+    #[error("test run of {prog} failed")]
+    TestRun {
+        /// The program.
+        prog: &'static str,
+        /// Why.
+        #[source]
+        source: TestRunError,
+    },
+    /// An option is out of range.
+    #[error("invalid benchmark option: {0}")]
+    Invalid(String),
+}
+
+/// Counter totals of one moment.
+pub(super) type Counts = CounterSnapshot;
+
+/// Which of the object's classifiers a call runs.
+#[derive(Clone, Copy)]
+pub(super) enum Prog {
+    Egress,
+    Pass,
+    Police,
+}
+
+/// The loaded object and its maps.
+pub(super) struct Bench {
+    _ebpf: Ebpf,
+    egress: ProgramFd,
+    pass: ProgramFd,
+    police: ProgramFd,
+    police_link: Array<MapData, LinkState>,
+    aggregate: Array<MapData, AggregateState>,
+    config: Array<MapData, PacerConfig>,
+    counters: PerCpuArray<MapData, u64>,
+    fair: Array<MapData, FairState>,
+    flows: Array<MapData, FlowSet>,
+    pub(super) sets: u32,
+}
+
+impl Bench {
+    pub(super) fn load(sets: u32) -> Result<Self, BenchError> {
+        let mut ebpf = bpf::load::open(sets, &[])?;
+        let egress = bpf::load::program_fd(&mut ebpf, EGRESS_PROGRAM)?;
+        let pass = bpf::load::program_fd(&mut ebpf, PASSTHROUGH_PROGRAM)?;
+        let police = bpf::load::program_fd(&mut ebpf, POLICE_PROGRAM)?;
+        bpf::load::load_telemetry(&mut ebpf)?;
+        Ok(Self {
+            config: bpf::load::take(&mut ebpf, maps::CONFIG)?,
+            counters: bpf::load::take(&mut ebpf, maps::COUNTERS)?,
+            fair: bpf::load::take(&mut ebpf, maps::FAIR)?,
+            flows: bpf::load::take(&mut ebpf, maps::FLOWS)?,
+            police_link: bpf::load::take(&mut ebpf, maps::POLICE_LINK)?,
+            aggregate: bpf::load::take(&mut ebpf, maps::AGGREGATE)?,
+            _ebpf: ebpf,
+            egress,
+            pass,
+            police,
+            sets,
+        })
+    }
+
+    /// Configures the fair pacer at `rate` (defaults, then `tweak`), freezes
+    /// the fair share at 1.0 and empties the flow table.
+    pub(super) fn prepare(
+        &mut self,
+        rate_bytes_per_s: u64,
+        tweak: impl FnOnce(&mut PacerConfig),
+    ) -> Result<(), BenchError> {
+        let rate = ScaledRate::from_bytes_per_s(rate_bytes_per_s).ok_or_else(|| {
+            BenchError::Invalid(format!("rate {rate_bytes_per_s} B/s is out of range"))
+        })?;
+        let mut c = PacerConfig::new(rate_bytes_per_s, rate);
+        c.hash_seed = HASH_SEED;
+        c.flow_sets_mask = self.sets - 1;
+        tweak(&mut c);
+        write0(&mut self.config, maps::CONFIG, c)?;
+        // The epoch frozen in the future: no share update runs. The join
+        // reference set out of reach: with no epoch change it is never
+        // refreshed, and every real epoch would otherwise count each flow as
+        // newly backlogged and shrink the share (`join_mult`). The counting
+        // itself still runs, so its cost is measured.
+        let fair = FairState {
+            epoch: FROZEN_EPOCH,
+            backlogged_ref_q8: u64::MAX >> 9,
+            ..FairState::default()
+        };
+        write0(&mut self.fair, maps::FAIR, fair)?;
+        self.set_aggregate_clock(0)?;
+        write0(
+            &mut self.police_link,
+            maps::POLICE_LINK,
+            LinkState::default(),
+        )?;
+        for i in 0..self.sets {
+            self.flows
+                .set(i, FlowSet::default(), 0)
+                .map_err(|source| BenchError::Map {
+                    map: maps::FLOWS,
+                    op: "clearing",
+                    source,
+                })?;
+        }
+        Ok(())
+    }
+
+    /// Sets the aggregate pacer's clock.
+    pub(super) fn set_aggregate_clock(&mut self, t_next_free_ns: u64) -> Result<(), BenchError> {
+        let state = AggregateState {
+            t_next_free_ns,
+            ..AggregateState::default()
+        };
+        write0(&mut self.aggregate, maps::AGGREGATE, state)
+    }
+
+    pub(super) fn counts(&self) -> Result<Counts, BenchError> {
+        Ok(CounterSnapshot::read(&self.counters)?)
+    }
+
+    /// Runs `frame` `repeat` times; the call's total kernel-measured ns.
+    pub(super) fn call(&self, prog: Prog, frame: &[u8], repeat: u32) -> Result<f64, BenchError> {
+        let (fd, name) = match prog {
+            Prog::Egress => (self.egress.as_fd(), EGRESS_PROGRAM),
+            Prog::Pass => (self.pass.as_fd(), PASSTHROUGH_PROGRAM),
+            Prog::Police => (self.police.as_fd(), POLICE_PROGRAM),
+        };
+        let out = run_skb(fd, frame, None, repeat)
+            .map_err(|source| BenchError::TestRun { prog: name, source })?;
+        Ok(f64::from(out.duration_ns) * f64::from(repeat.max(1)))
+    }
+}
+
+/// Writes entry 0 of the one-entry array `map`.
+fn write0<T: aya::Pod>(
+    array: &mut Array<MapData, T>,
+    map: &'static str,
+    value: T,
+) -> Result<(), BenchError> {
+    array.set(0, value, 0).map_err(|source| BenchError::Map {
+        map,
+        op: "writing",
+        source,
+    })
+}
