@@ -16,7 +16,7 @@ use shaper_common::{
 
 use crate::{
     maps::{FLOWS, count},
-    parse::{Class, TRUNCATED, classify},
+    parse::{Class, Ecn, TRUNCATED, classify},
 };
 use aya_ebpf::programs::TcContext;
 
@@ -27,10 +27,16 @@ pub(crate) const TC_ACT_UNSPEC: i32 = -1;
 pub(crate) const TC_ACT_SHOT: i32 = 2;
 
 /// Parses `ctx`'s frame and counts it by class; a frame cut short inside a
-/// header it announces counts as truncated and gets flow 0.
+/// header it announces counts as truncated and gets flow 0. The fields the
+/// rest of the program reads come back veiled ([`Veil`]): every header
+/// shape the parse can take (each VLAN depth, IP version, transport,
+/// option length, and whether a header was read in place or copied out)
+/// then reaches the rest of the program in one verifier state instead of
+/// one each, which keeps both programs under the verifier's
+/// million-instruction limit.
 #[inline(always)]
 pub fn count_and_classify(ctx: &TcContext, config: &PacerConfig) -> Class {
-    match classify(ctx, config.flags & FLAG_NO_L2 == 0, config.hash_seed) {
+    let class = match classify(ctx, config.flags & FLAG_NO_L2 == 0, config.hash_seed) {
         Ok(class) => {
             count(class.l3, 1);
             if let Some(l4) = class.l4 {
@@ -45,6 +51,67 @@ pub fn count_and_classify(ctx: &TcContext, config: &PacerConfig) -> Class {
             count(Counter::Truncated, 1);
             TRUNCATED
         }
+    };
+    let v = Veil::new(config);
+    Class {
+        headers_len: v.u32(class.headers_len),
+        flow_hash: v.u64(class.flow_hash),
+        ecn: Ecn {
+            present: v.bool(class.ecn.present),
+            l3_off: v.u32(class.ecn.l3_off),
+            ipv4: v.bool(class.ecn.ipv4),
+            bits: v.u8(class.ecn.bits) & 0x03,
+        },
+        l4_proto: v.u8(class.l4_proto),
+        tcp_flags: v.u8(class.tcp_flags),
+        ethertype: v.u16(class.ethertype),
+        ports_off: v.u32(class.ports_off),
+        ..class
+    }
+}
+
+/// A zero the verifier cannot see: the XOR of one map field read twice,
+/// which never changes while attached. XORing a value with it is the
+/// identity at run time, but leaves the verifier an unknown scalar, so
+/// states that differ only in that value merge.
+struct Veil(u64);
+
+impl Veil {
+    #[inline(always)]
+    fn new(config: &PacerConfig) -> Self {
+        // SAFETY: reads of a field of the map value the caller looked up.
+        let (a, b) = unsafe {
+            (
+                core::ptr::read_volatile(&raw const config.hash_seed),
+                core::ptr::read_volatile(&raw const config.hash_seed),
+            )
+        };
+        Veil(a ^ b)
+    }
+
+    #[inline(always)]
+    fn u64(&self, x: u64) -> u64 {
+        x ^ self.0
+    }
+
+    #[inline(always)]
+    fn u32(&self, x: u32) -> u32 {
+        self.u64(u64::from(x)) as u32
+    }
+
+    #[inline(always)]
+    fn u16(&self, x: u16) -> u16 {
+        self.u64(u64::from(x)) as u16
+    }
+
+    #[inline(always)]
+    fn u8(&self, x: u8) -> u8 {
+        self.u64(u64::from(x)) as u8
+    }
+
+    #[inline(always)]
+    fn bool(&self, x: bool) -> bool {
+        self.u64(u64::from(x)) & 1 != 0
     }
 }
 
@@ -86,19 +153,11 @@ pub fn flow_entry(
 /// cannot narrow). Each way choose_way can return is a different pointer
 /// offset into the set, and the verifier cannot merge states that differ in
 /// one; without this it walked the rest of the program once per way and the
-/// policer ran past the million-instruction limit. XOR with a value loaded
-/// twice from the map is the identity (the seed never changes while
-/// attached) but unknown to the verifier; the mask keeps any value in range.
+/// policer ran past the million-instruction limit. The mask keeps any value
+/// in range.
 #[inline(always)]
 fn opaque_way(config: &PacerConfig, way: usize) -> usize {
-    // SAFETY: reads of a field of the map value the caller looked up.
-    let (a, b) = unsafe {
-        (
-            core::ptr::read_volatile(&raw const config.hash_seed),
-            core::ptr::read_volatile(&raw const config.hash_seed),
-        )
-    };
-    (((way as u64) ^ a ^ b) as usize) & (WAYS - 1)
+    (Veil::new(config).u64(way as u64) as usize) & (WAYS - 1)
 }
 
 /// Writes `FlowEntry::fresh(tag, now_ns)` into `w` field by field. A whole

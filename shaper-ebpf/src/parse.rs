@@ -1,8 +1,12 @@
 //! Bounded header parsing for the classifier.
 //!
-//! Reads headers with `bpf_skb_load_bytes` (via `TcContext::load`), which
-//! works on non-linear skbs and fails cleanly past the end, so a short frame
-//! is classified as truncated instead of being misread.
+//! Reads headers straight from the skb's linear area (direct packet access,
+//! each read bounds-checked against `data_end`, no helper call). When a
+//! header lies past the linear area (a non-linear skb) or the frame is short,
+//! the parse starts over with `bpf_skb_load_bytes` (via `TcContext::load`),
+//! which reads paged data too and fails cleanly past the end, so a short
+//! frame is classified as truncated instead of being misread. Both passes
+//! run the same code, generic over [`Frame`].
 //!
 //! Handles: Ethernet with up to two 802.1Q/802.1ad tags, or no L2 header at
 //! all (PPP, WireGuard, tun: the config says which); IPv4 with options and
@@ -11,10 +15,11 @@
 //! While parsing it hashes the flow key (`shaper_common::flow`): the outer
 //! VLAN id, the ethertype, the addresses and protocol, and for TCP and UDP
 //! (first fragments) the ports. It also notes where the ECN bits are, for
-//! CE marking. IP headers are loaded whole (one helper call each), as are
-//! the first 16 bytes of the transport header.
+//! CE marking.
 //!
 //! Non-goals: tunnels (GRE, VXLAN) are classified by their outer header.
+
+use core::mem::size_of;
 
 use aya_ebpf::programs::TcContext;
 use shaper_common::{counters::Counter, flow::FlowHasher};
@@ -127,16 +132,47 @@ impl Ecn {
 /// Why a frame could not be classified.
 pub struct Truncated;
 
+/// How the parser reads bytes of the frame at an offset from its start.
+trait Frame {
+    /// `size_of::<T>()` bytes at `off`, or `Truncated` when the frame is
+    /// shorter.
+    fn read<T: Copy>(&self, off: usize) -> Result<T, Truncated>;
+}
+
+/// The skb: bytes in its linear area are read in place, others are copied
+/// out by the helper.
+struct Skb<'a>(&'a TcContext);
+
+impl Frame for Skb<'_> {
+    #[inline(always)]
+    fn read<T: Copy>(&self, off: usize) -> Result<T, Truncated> {
+        let at = self.0.data() + off;
+        if at + size_of::<T>() <= self.0.data_end() {
+            // SAFETY: the bytes lie in the linear area, checked against
+            // `data_end` just above (the verifier checks the same bound);
+            // the read is unaligned as headers are only 2-byte aligned.
+            return Ok(unsafe { (at as *const T).read_unaligned() });
+        }
+        self.0.load(off).map_err(|_| Truncated)
+    }
+}
+
 /// Classifies the frame. `has_l2` is false on devices without a link-layer
 /// header, where `skb->protocol` gives the network protocol.
 #[inline(always)]
 pub fn classify(ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Truncated> {
+    parse(&Skb(ctx), ctx, has_l2, seed)
+}
+
+/// One parse of the frame through `f`.
+#[inline(always)]
+fn parse<F: Frame>(f: &F, ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Truncated> {
     let mut off = 0usize;
     let mut proto;
     let mut vlan = false;
     let mut h = FlowHasher::new(seed);
     if has_l2 {
-        proto = load_be16(ctx, 12)?;
+        proto = load_be16(f, 12)?;
         off = ETH_HLEN;
         for _ in 0..MAX_VLAN_TAGS {
             if proto != ETH_P_8021Q && proto != ETH_P_8021AD {
@@ -144,10 +180,10 @@ pub fn classify(ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Trunc
             }
             if !vlan {
                 // The outer tag's VLAN id is part of the key.
-                h.word(u32::from(load_be16(ctx, off)? & 0x0fff));
+                h.word(u32::from(load_be16(f, off)? & 0x0fff));
             }
             vlan = true;
-            proto = load_be16(ctx, off + 2)?;
+            proto = load_be16(f, off + 2)?;
             off += VLAN_HLEN;
         }
     } else {
@@ -158,7 +194,7 @@ pub fn classify(ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Trunc
     let mut ecn = Ecn::NONE;
     let l4 = match proto {
         ETH_P_IP => {
-            let (l4, bits) = ipv4(ctx, off, &mut h)?;
+            let (l4, bits) = ipv4(f, off, &mut h)?;
             ecn = Ecn {
                 present: true,
                 l3_off: off as u32,
@@ -168,7 +204,7 @@ pub fn classify(ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Trunc
             Some(l4)
         }
         ETH_P_IPV6 => {
-            let (l4, bits) = ipv6(ctx, off, &mut h)?;
+            let (l4, bits) = ipv6(f, off, &mut h)?;
             ecn = Ecn {
                 present: true,
                 l3_off: off as u32,
@@ -213,30 +249,30 @@ pub fn classify(ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Trunc
 /// unless this is a non-first fragment.
 /// Also returns the ECN bits and hashes addresses, protocol and ports.
 #[inline(always)]
-fn ipv4(ctx: &TcContext, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Truncated> {
-    let hdr: [u8; 20] = ctx.load(off).map_err(|_| Truncated)?;
+fn ipv4<F: Frame>(f: &F, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Truncated> {
+    let hdr: [u8; 20] = f.read(off)?;
     let ihl = usize::from(hdr[0] & 0x0f) * 4;
     if ihl < 20 {
         return Err(Truncated);
     }
     // Last byte of the header, options included, must be present.
     if ihl > 20 {
-        load_u8(ctx, off + ihl - 1)?;
+        load_u8(f, off + ihl - 1)?;
     }
     let frag = u16::from_be_bytes([hdr[6], hdr[7]]);
     let proto = hdr[9];
     h.word(u32::from_ne_bytes([hdr[12], hdr[13], hdr[14], hdr[15]]));
     h.word(u32::from_ne_bytes([hdr[16], hdr[17], hdr[18], hdr[19]]));
     let first_fragment = frag & 0x1fff == 0;
-    let l4 = transport(ctx, off + ihl, proto, first_fragment, h)?;
+    let l4 = transport(f, off + ihl, proto, first_fragment, h)?;
     Ok((l4, hdr[1] & 0x03))
 }
 
 /// IPv6 at `off`: skips extension headers to the transport header.
 /// Also returns the ECN bits and hashes addresses, protocol and ports.
 #[inline(always)]
-fn ipv6(ctx: &TcContext, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Truncated> {
-    let hdr: [u32; 10] = ctx.load(off).map_err(|_| Truncated)?;
+fn ipv6<F: Frame>(f: &F, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Truncated> {
+    let hdr: [u32; 10] = f.read(off)?;
     for w in &hdr[2..10] {
         h.word(*w);
     }
@@ -248,14 +284,16 @@ fn ipv6(ctx: &TcContext, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Tru
     for _ in 0..MAX_IPV6_EXT_HEADERS {
         match next {
             IPPROTO_HOPOPTS | IPPROTO_ROUTING | IPPROTO_DSTOPTS => {
-                let hdr_len = usize::from(load_u8(ctx, l4 + 1)?);
-                next = load_u8(ctx, l4)?;
-                l4 += (hdr_len + 1) * 8;
+                // Next header, then length in 8-octet units less one.
+                let [n, hdr_len] = f.read::<[u8; 2]>(l4)?;
+                next = n;
+                l4 += (usize::from(hdr_len) + 1) * 8;
             }
             IPPROTO_FRAGMENT => {
-                let frag = load_be16(ctx, l4 + 2)?;
-                first_fragment = frag & 0xfff8 == 0;
-                next = load_u8(ctx, l4)?;
+                // Next header, reserved, offset and flags.
+                let [n, _, off_hi, off_lo] = f.read::<[u8; 4]>(l4)?;
+                first_fragment = u16::from_be_bytes([off_hi, off_lo]) & 0xfff8 == 0;
+                next = n;
                 l4 += 8;
                 if !first_fragment {
                     // `next` names the first header of the fragmentable part,
@@ -267,7 +305,7 @@ fn ipv6(ctx: &TcContext, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Tru
             _ => break,
         }
     }
-    let l4 = transport(ctx, l4, next, first_fragment, h)?;
+    let l4 = transport(f, l4, next, first_fragment, h)?;
     Ok((l4, ecn))
 }
 
@@ -275,8 +313,8 @@ fn ipv6(ctx: &TcContext, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Tru
 /// Also returns where a TCP or UDP payload starts (0 for other protocols
 /// and for non-first fragments, which carry no transport header).
 #[inline(always)]
-fn transport(
-    ctx: &TcContext,
+fn transport<F: Frame>(
+    f: &F,
     off: usize,
     proto: u8,
     whole: bool,
@@ -301,14 +339,14 @@ fn transport(
     }
     match class {
         Counter::Tcp => {
-            let hdr: [u8; 20] = ctx.load(off).map_err(|_| Truncated)?;
+            let hdr: [u8; 20] = f.read(off)?;
             h.word(u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]));
             let doff = usize::from(hdr[12] >> 4) * 4;
             if doff < 20 {
                 return Err(Truncated);
             }
             if doff > 20 {
-                load_u8(ctx, off + doff - 1)?;
+                load_u8(f, off + doff - 1)?;
             }
             Ok(L4 {
                 class,
@@ -319,8 +357,8 @@ fn transport(
             })
         }
         Counter::Udp => {
-            let ports: u32 = ctx.load(off).map_err(|_| Truncated)?;
-            load_u8(ctx, off + min_len - 1)?;
+            let ports: u32 = f.read(off)?;
+            load_u8(f, off + min_len - 1)?;
             h.word(ports);
             Ok(L4 {
                 class,
@@ -331,20 +369,18 @@ fn transport(
             })
         }
         _ => {
-            load_u8(ctx, off + min_len - 1)?;
+            load_u8(f, off + min_len - 1)?;
             Ok(none(class))
         }
     }
 }
 
 #[inline(always)]
-fn load_u8(ctx: &TcContext, off: usize) -> Result<u8, Truncated> {
-    ctx.load::<u8>(off).map_err(|_| Truncated)
+fn load_u8<F: Frame>(f: &F, off: usize) -> Result<u8, Truncated> {
+    f.read::<u8>(off)
 }
 
 #[inline(always)]
-fn load_be16(ctx: &TcContext, off: usize) -> Result<u16, Truncated> {
-    ctx.load::<u16>(off)
-        .map(u16::from_be)
-        .map_err(|_| Truncated)
+fn load_be16<F: Frame>(f: &F, off: usize) -> Result<u16, Truncated> {
+    f.read::<[u8; 2]>(off).map(u16::from_be_bytes)
 }
