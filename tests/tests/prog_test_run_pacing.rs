@@ -10,7 +10,7 @@ use shaper_common::{config::DEFAULT_HORIZON_NS, counters::Counter};
 use shaper_tests::{
     bpf_harness::*,
     packets::{ETH_HLEN, Frame, Ipv4, Transport},
-    skip::{Need, require},
+    skip::{Need, note_retry, require},
 };
 
 // ---------------------------------------------------------------------------
@@ -71,13 +71,40 @@ fn back_to_back_packets_depart_one_transmission_time_apart() {
     if !require(&[Need::Bpf]) {
         return;
     }
+    for n in 1..=SLOW_ATTEMPTS {
+        if back_to_back_attempt() {
+            return;
+        }
+        note_retry(&format!(
+            "attempt {n}: the machine took longer between two runs than a packet's transmission time"
+        ));
+    }
+    panic!(
+        "every one of {SLOW_ATTEMPTS} attempts was slower than the transmission times it relies on"
+    );
+}
+
+/// How many times the back-to-back test tries before it fails: an attempt
+/// misses only when the machine stalls between two syscalls for longer than
+/// the clock runs ahead (150 ms and more), as a loaded emulated guest can.
+const SLOW_ATTEMPTS: u32 = 3;
+
+/// One back-to-back sequence on a fresh load. `false`: a packet reached the
+/// program after its expected departure time had already passed, so the
+/// attempt judged nothing; every other outcome is asserted.
+fn back_to_back_attempt() -> bool {
     let mut h = Harness::load();
-    // 80 kbit/s: 100 us per byte, so a 200-byte frame occupies 20 ms, far
-    // longer than the few microseconds between two syscalls.
+    // 80 kbit/s: 100 us per byte. The largest frame goes first, so the clock
+    // runs 150 ms ahead of the first syscall's return; the sum stays inside
+    // the horizon.
     let (config, rate) = pacing_at(10_000);
     h.set_config(config);
-    let lens = [200usize, 1000, 60, 1500, 64];
+    let lens = [1500usize, 1000, 200, 60, 64];
     let classes = [Counter::Ipv4, Counter::Udp];
+    assert!(
+        rate.tx_time_ns(lens.iter().sum::<usize>() as u32) < DEFAULT_HORIZON_NS,
+        "the sequence fits the horizon"
+    );
 
     // First packet: the clock is idle (0), so it passes unstamped and the
     // clock restarts at now + its transmission time.
@@ -110,7 +137,16 @@ fn back_to_back_packets_depart_one_transmission_time_apart() {
             (Counter::Ipv4, 1),
             (Counter::Udp, 1),
         ];
-        let out = h.run_expect("back-to-back packet", &frame, None, PASS, &expected);
+        let before = h.counts();
+        let out = h.run(&frame, None);
+        if monotonic_ns() >= clock {
+            // The program may have run after the departure time it was to
+            // meet: an idle clock then restarts, which is right, but not
+            // what this attempt checks.
+            return false;
+        }
+        assert_eq!(out.retval, PASS, "back-to-back packet: verdict");
+        assert_counts_moved("back-to-back packet", &before, &h.counts(), &expected);
         assert_eq!(
             out.ctx.tstamp, clock,
             "{len}-byte packet departs at the clock"
@@ -133,6 +169,7 @@ fn back_to_back_packets_depart_one_transmission_time_apart() {
         clock - monotonic_ns() < DEFAULT_HORIZON_NS,
         "test stayed inside the horizon"
     );
+    true
 }
 
 #[test]
