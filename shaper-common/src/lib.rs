@@ -10,6 +10,7 @@
 //! needs an allocator or floating point.
 #![no_std]
 
+pub mod calls;
 pub mod codel;
 pub mod committed;
 pub mod config;
@@ -52,6 +53,9 @@ pub mod maps {
     /// `Array<u32>` with one entry: the ifindex `shaper_redirect` sends
     /// every packet to (the IFB of `--ingress-mode ifb`); 0 passes.
     pub const REDIRECT: &str = "SHAPER_REDIRECT";
+    /// `PerCpuArray<u64>` indexed by position in
+    /// [`crate::calls::HELPERS`]: the benchmark's helper-call counts.
+    pub const HELPER_CALLS: &str = "SHAPER_HELPER_CALLS";
 }
 
 /// Name of the telemetry program the classifier tail-calls.

@@ -12,6 +12,8 @@
 #[cfg(target_arch = "bpf")]
 mod atomic;
 #[cfg(target_arch = "bpf")]
+mod calls;
+#[cfg(target_arch = "bpf")]
 mod ce;
 #[cfg(target_arch = "bpf")]
 mod egress;

@@ -97,9 +97,12 @@ use shaper_common::{
 use tracing::info;
 
 pub use super::loaded::BenchError;
+use shaper_common::calls::HELPERS;
+
 use super::{
+    calls::{self, Totals},
     frames::{Ecn, tcp_frame},
-    loaded::{Bench, Counts, Prog},
+    loaded::{Bench, Counts, Prog, ProgramSize},
 };
 use crate::checks::{self, Capabilities};
 
@@ -189,6 +192,13 @@ pub struct PathResult {
     pub intended_fraction: f64,
     /// Each outcome counter's share of the measured packets.
     pub verdicts: BTreeMap<&'static str, f64>,
+    /// Helper calls per measured packet, all helpers; only for a pass run
+    /// with the counters attached (whose time is not the path's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub helper_calls_per_packet: Option<f64>,
+    /// The same, by helper (helpers never called left out).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub helper_calls: BTreeMap<&'static str, f64>,
 }
 
 /// Everything the host part measures.
@@ -225,6 +235,17 @@ pub struct HostReport {
     pub passthrough_hot_ns_per_packet: f64,
     /// Verdict shares of the headline measurement.
     pub verdict_fractions: BTreeMap<&'static str, f64>,
+    /// Helper calls per packet on the headline path, counted in an untimed
+    /// pass of its own (`calls`); `None` when the counters could not be
+    /// attached, with the reason in `helper_calls_error`.
+    pub helper_calls_per_packet: Option<f64>,
+    /// The counted passes: per path, helper calls per packet by helper.
+    pub helper_calls: BTreeMap<&'static str, BTreeMap<&'static str, f64>>,
+    /// Why helper calls were not counted.
+    pub helper_calls_error: Option<String>,
+    /// Each classifier's size, after the verifier's rewrites and as the
+    /// verifier processed it (against its million-instruction limit).
+    pub programs: BTreeMap<&'static str, ProgramSize>,
     /// Per path.
     pub paths: BTreeMap<&'static str, PathResult>,
     /// Wall time of the host part, s.
@@ -274,6 +295,8 @@ struct Measured {
     samples: Vec<f64>,
     packets: u64,
     delta: Counts,
+    /// Helper calls of the measured packets, when counted.
+    helpers: Option<Totals>,
 }
 
 impl Measured {
@@ -282,11 +305,22 @@ impl Measured {
             samples: Vec::new(),
             packets: 0,
             delta: Counts::default(),
+            helpers: None,
         }
     }
 
     fn add_delta(&mut self, before: &Counts, after: &Counts) {
         self.delta = self.delta.plus(&after.delta(before));
+    }
+
+    fn add_helpers(&mut self, before: Option<Totals>, after: Option<Totals>) {
+        if let (Some(b), Some(a)) = (before, after) {
+            let d = calls::delta(&b, &a);
+            let sum = self.helpers.get_or_insert([0; HELPERS.len()]);
+            for (s, x) in sum.iter_mut().zip(d) {
+                *s += x;
+            }
+        }
     }
 }
 
@@ -344,6 +378,18 @@ fn result(spec: &PathSpec, mut m: Measured, passthrough_ns: f64) -> PathResult {
         intended: spec.intended.name(),
         intended_fraction: m.delta[spec.intended] as f64 / packets,
         verdicts,
+        helper_calls_per_packet: m.helpers.map(|h| h.iter().sum::<u64>() as f64 / packets),
+        helper_calls: m
+            .helpers
+            .map(|h| {
+                HELPERS
+                    .iter()
+                    .zip(h)
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(helper, n)| (helper.name, n as f64 / packets))
+                    .collect()
+            })
+            .unwrap_or_default(),
     }
 }
 
@@ -542,6 +588,19 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     paths.insert("aggregate_flow_mix_10k", agg);
     let pacer_own_ns = mix.ns_per_packet - mix_pass;
     let aggregate_own_ns = aggregate_ns - mix_pass;
+    // Last, so no timed call runs with the counters attached.
+    let counted = counted_passes(&mut b, &frames, opts, rate, tx_ns, mix_pass);
+    let (helper_calls, helper_calls_error) = match counted {
+        Ok(c) => (c, None),
+        Err(e) => {
+            tracing::warn!(error = %format!("{e:#}"), "helper calls not counted");
+            (
+                BTreeMap::new(),
+                Some(format!("{:#}", anyhow::Error::from(e))),
+            )
+        }
+    };
+    let programs = b.program_sizes();
     let report = HostReport {
         kernel_release: checks::kernel_release(),
         cpu_model: cpu_model(),
@@ -561,6 +620,10 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         police_ns_per_packet: police_ns,
         passthrough_hot_ns_per_packet: passthrough_hot,
         verdict_fractions: mix.verdicts.clone(),
+        helper_calls_per_packet: helper_calls.get("flow_mix_10k").map(|h| h.values().sum()),
+        helper_calls,
+        helper_calls_error,
+        programs,
         paths: {
             paths.insert("flow_mix_10k", mix);
             paths
@@ -572,6 +635,41 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         wall_s: started.elapsed().as_secs_f64(),
         ..report
     })
+}
+
+/// The paced mixes again, one round each with the helper-call counters
+/// attached: per path, helper calls per measured packet by helper. The
+/// counters are detached again whatever happens.
+fn counted_passes(
+    b: &mut Bench,
+    frames: &[Vec<u8>],
+    opts: &HostOptions,
+    rate: u64,
+    tx_ns: u64,
+    mix_pass: f64,
+) -> Result<BTreeMap<&'static str, BTreeMap<&'static str, f64>>, BenchError> {
+    let one_round = HostOptions {
+        rounds: 1,
+        ..opts.clone()
+    };
+    b.attach_calls()?;
+    let mut out = BTreeMap::new();
+    let mut pass = |b: &mut Bench, name, prog, telemetry: bool| -> Result<(), BenchError> {
+        b.prepare(rate, |c| {
+            if telemetry {
+                c.flags |= FLAG_TELEMETRY;
+                c.sample_threshold = sample_threshold(DEFAULT_SAMPLE_EVERY);
+            }
+        })?;
+        let r = flow_mix(b, prog, frames, &one_round, rate, Some(tx_ns), mix_pass)?;
+        out.insert(name, r.helper_calls);
+        Ok(())
+    };
+    let result = pass(b, "flow_mix_10k", Prog::Egress, false)
+        .and_then(|()| pass(b, "flow_mix_10k_telemetry", Prog::Egress, true))
+        .and_then(|()| pass(b, "police_flow_mix_10k", Prog::Police, false));
+    b.detach_calls();
+    result.map(|()| out)
 }
 
 /// The passthrough over every frame, `mix_repeat` per call: median over
@@ -626,11 +724,14 @@ fn flow_mix(
                 }
             }
             let before = b.counts()?;
+            let helpers_before = b.helper_totals()?;
             for f in group {
                 ns += b.call(prog, f, r)?;
             }
+            let helpers_after = b.helper_totals()?;
             let after = b.counts()?;
             m.add_delta(&before, &after);
+            m.add_helpers(helpers_before, helpers_after);
             packets += group.len() as u64 * u64::from(r);
         }
         m.samples.push(ns / packets.max(1) as f64);

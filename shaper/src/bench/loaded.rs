@@ -8,7 +8,7 @@
 //!
 //! Non-goals: measuring; `host` times the calls.
 
-use std::os::fd::AsFd;
+use std::{collections::BTreeMap, os::fd::AsFd};
 
 use aya::{
     Ebpf,
@@ -16,7 +16,7 @@ use aya::{
     programs::ProgramFd,
 };
 use shaper_common::{
-    EGRESS_PROGRAM, PASSTHROUGH_PROGRAM, POLICE_PROGRAM,
+    EGRESS_PROGRAM, PASSTHROUGH_PROGRAM, POLICE_PROGRAM, TELEMETRY_PROGRAM,
     config::{AggregateState, PacerConfig},
     fair::FairState,
     flow::FlowSet,
@@ -25,6 +25,7 @@ use shaper_common::{
     rate::ScaledRate,
 };
 
+use super::calls::{CallsError, Counters, Totals};
 use crate::{
     bpf::{
         self,
@@ -77,6 +78,9 @@ pub enum BenchError {
     /// An option is out of range.
     #[error("invalid benchmark option: {0}")]
     Invalid(String),
+    /// Counting helper calls failed.
+    #[error("counting helper calls")]
+    Calls(#[from] CallsError),
 }
 
 /// Counter totals of one moment.
@@ -92,7 +96,9 @@ pub(super) enum Prog {
 
 /// The loaded object and its maps.
 pub(super) struct Bench {
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
+    /// The helper-call counters, while attached.
+    calls: Option<Counters>,
     egress: ProgramFd,
     pass: ProgramFd,
     police: ProgramFd,
@@ -119,7 +125,8 @@ impl Bench {
             flows: bpf::load::take(&mut ebpf, maps::FLOWS)?,
             police_link: bpf::load::take(&mut ebpf, maps::POLICE_LINK)?,
             aggregate: bpf::load::take(&mut ebpf, maps::AGGREGATE)?,
-            _ebpf: ebpf,
+            ebpf,
+            calls: None,
             egress,
             pass,
             police,
@@ -184,6 +191,55 @@ impl Bench {
         Ok(CounterSnapshot::read(&self.counters)?)
     }
 
+    /// Attaches the helper-call counters (`calls`); until
+    /// [`Self::detach_calls`], calls are counted and their timing is not
+    /// the classifier's alone.
+    pub(super) fn attach_calls(&mut self) -> Result<(), BenchError> {
+        if self.calls.is_none() {
+            self.calls = Some(Counters::attach(&mut self.ebpf)?);
+        }
+        Ok(())
+    }
+
+    /// Detaches the helper-call counters.
+    pub(super) fn detach_calls(&mut self) {
+        if let Some(c) = self.calls.take() {
+            c.detach(&mut self.ebpf);
+        }
+    }
+
+    /// Helper calls so far, when the counters are attached.
+    pub(super) fn helper_totals(&self) -> Result<Option<Totals>, BenchError> {
+        match &self.calls {
+            Some(c) => Ok(Some(c.totals()?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Instructions of each classifier after the verifier's rewrites
+    /// (`xlated`), and the instructions the verifier processed to accept it.
+    pub(super) fn program_sizes(&mut self) -> BTreeMap<&'static str, ProgramSize> {
+        let mut sizes = BTreeMap::new();
+        for name in [EGRESS_PROGRAM, POLICE_PROGRAM, TELEMETRY_PROGRAM] {
+            let Ok(prog) = bpf::load::classifier(&mut self.ebpf, name) else {
+                continue;
+            };
+            match prog.info() {
+                Ok(info) => {
+                    sizes.insert(
+                        name,
+                        ProgramSize {
+                            xlated_insns: info.size_translated().map(|b| b / 8),
+                            verified_insns: info.verified_instruction_count(),
+                        },
+                    );
+                }
+                Err(e) => tracing::warn!(program = name, error = %e, "reading program info"),
+            }
+        }
+        sizes
+    }
+
     /// Runs `frame` `repeat` times; the call's total kernel-measured ns.
     pub(super) fn call(&self, prog: Prog, frame: &[u8], repeat: u32) -> Result<f64, BenchError> {
         let (fd, name) = match prog {
@@ -195,6 +251,17 @@ impl Bench {
             .map_err(|source| BenchError::TestRun { prog: name, source })?;
         Ok(f64::from(out.duration_ns) * f64::from(repeat.max(1)))
     }
+}
+
+/// A loaded program's size.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct ProgramSize {
+    /// Instructions after the verifier's rewrites (inlined map lookups
+    /// included); `None` where the kernel does not report it.
+    pub xlated_insns: Option<u32>,
+    /// Instructions the verifier processed, against its limit of one
+    /// million; `None` before Linux 5.16.
+    pub verified_insns: Option<u32>,
 }
 
 /// Writes entry 0 of the one-entry array `map`.

@@ -23,6 +23,10 @@
 //! `paths.{unpaced, paced, aqm_drop, horizon_drop, flow_mix_10k,
 //! flow_mix_10k_unpaced, flow_mix_10k_telemetry, aggregate_flow_mix_10k,
 //! police_flow_mix_10k, police_flow_mix_10k_unpaced}`,
+//! `helper_calls_per_packet` (the paced mix, counted by fentry programs in
+//! an untimed pass; null with `helper_calls_error` where the kernel refuses
+//! tracing programs), `helper_calls.<path>.<helper>`,
+//! `programs.<name>.{xlated_insns, verified_insns}`,
 //! `kernel_release`, ...), and `vm`
 //! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress}` for
 //! the download, each with `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`,
@@ -41,6 +45,7 @@
 //! Non-goals: pass/fail thresholds (the tests assert; this reports), and
 //! history or comparison between runs.
 
+mod calls;
 pub mod cases;
 pub mod frames;
 pub mod host;
@@ -351,6 +356,24 @@ fn host_table(doc: &Value) -> String {
         "  ingress policer (10k-flow mix, overloaded) {:>7} ns/pkt\n",
         num(doc, "police_ns_per_packet")
     ));
+    s.push_str(&match doc.get("helper_calls_per_packet").and_then(Value::as_f64) {
+        Some(n) => format!("  helper calls per packet (10k-flow mix, paced) {n:.2}\n"),
+        None => format!(
+            "  helper calls per packet: not counted ({})\n",
+            doc.get("helper_calls_error")
+                .and_then(Value::as_str)
+                .unwrap_or("no reason given")
+        ),
+    });
+    if let Some(programs) = doc.get("programs").and_then(Value::as_object) {
+        for (name, p) in programs {
+            s.push_str(&format!(
+                "  {name:<22} {:>6} insns after the verifier's rewrites, {:>8} verified of 1000000\n",
+                p.get("xlated_insns").and_then(Value::as_u64).unwrap_or(0),
+                p.get("verified_insns").and_then(Value::as_u64).unwrap_or(0),
+            ));
+        }
+    }
     s.push_str(&format!(
         "  {:<22} {:>8} {:>8} {:>8} {:>6} {:>8} {:>9} {:>8}\n",
         "path", "ns/pkt", "min", "pass", "flows", "repeat", "intended", "fraction"
