@@ -637,6 +637,46 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     })
 }
 
+/// Helper calls per packet, counted on their own: what the lab part adds on
+/// a kernel that allows tracing programs, for a host part that could not.
+#[derive(Clone, Debug, Serialize)]
+pub struct HelperCount {
+    /// The kernel the count is from.
+    pub kernel_release: String,
+    /// The paced mix's helper calls per packet, all helpers.
+    pub helper_calls_per_packet: Option<f64>,
+    /// Per path, by helper.
+    pub helper_calls: BTreeMap<&'static str, BTreeMap<&'static str, f64>>,
+    /// Why nothing was counted.
+    pub helper_calls_error: Option<String>,
+}
+
+/// Loads the object and runs only the counted passes, on the mix `opts`
+/// describes at the paced mix's rate.
+pub fn count_helpers(opts: &HostOptions) -> Result<HelperCount, BenchError> {
+    let mut b = Bench::load(opts.sets)?;
+    let frames: Vec<Vec<u8>> = (0..opts.flows)
+        .map(|i| tcp_frame(i, opts.frame_len, Ecn::NotEct))
+        .collect();
+    let tx_ns = MIX_DELAY_BUDGET_NS / u64::from(opts.mix_repeat);
+    let rate = rate_for(opts.frame_len, tx_ns);
+    // No own cost is derived from these passes, so no passthrough figure.
+    let (helper_calls, helper_calls_error) =
+        match counted_passes(&mut b, &frames, opts, rate, tx_ns, 0.0) {
+            Ok(c) => (c, None),
+            Err(e) => (
+                BTreeMap::new(),
+                Some(format!("{:#}", anyhow::Error::from(e))),
+            ),
+        };
+    Ok(HelperCount {
+        kernel_release: checks::kernel_release(),
+        helper_calls_per_packet: helper_calls.get("flow_mix_10k").map(|h| h.values().sum()),
+        helper_calls,
+        helper_calls_error,
+    })
+}
+
 /// The paced mixes again, one round each with the helper-call counters
 /// attached: per path, helper calls per measured packet by helper. The
 /// counters are detached again whatever happens.

@@ -25,7 +25,9 @@
 //! police_flow_mix_10k, police_flow_mix_10k_unpaced}`,
 //! `helper_calls_per_packet` (the paced mix, counted by fentry programs in
 //! an untimed pass; null with `helper_calls_error` where the kernel refuses
-//! tracing programs), `helper_calls.<path>.<helper>`,
+//! tracing programs; the lab part's count, with `helper_calls_kernel`
+//! naming the guest's kernel, when the host's was refused),
+//! `helper_calls.<path>.<helper>`,
 //! `programs.<name>.{xlated_insns, verified_insns}`,
 //! `kernel_release`, ...), and `vm`
 //! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress}` for
@@ -182,7 +184,14 @@ pub fn run(args: BenchArgs) -> Result<()> {
             matrix: args.matrix,
         };
         let report = vm::run(&opts).context("the lab part failed")?;
-        let doc = serde_json::to_value(&report)?;
+        let mut doc = serde_json::to_value(&report)?;
+        // The guest's kernel may allow the tracing programs the host's
+        // refuses; the count is exact under emulation too.
+        let count = host::count_helpers(&host::HostOptions::default())
+            .context("counting helper calls in the lab part")?;
+        if let Value::Object(map) = &mut doc {
+            map.insert("helper_calls".to_owned(), serde_json::to_value(&count)?);
+        }
         print!("{}", vm_table(&doc));
         doc
     } else {
@@ -309,8 +318,35 @@ fn merge(json: &PathBuf, vm_file: &PathBuf) -> Result<()> {
         anyhow::bail!("{} does not hold a JSON object", json.display());
     };
     print!("{}", vm_table(&vm));
+    adopt_helper_count(map, &vm);
     map.insert("vm".to_owned(), vm);
     write_json(json, &doc)
+}
+
+/// Where the host part could not count helper calls, takes the lab part's
+/// count, naming its kernel in `helper_calls_kernel`.
+fn adopt_helper_count(host: &mut serde_json::Map<String, Value>, vm: &Value) {
+    let counted_here = host
+        .get("helper_calls_per_packet")
+        .is_some_and(|v| !v.is_null());
+    let Some(count) = vm.get("helper_calls") else {
+        return;
+    };
+    if counted_here
+        || count
+            .get("helper_calls_per_packet")
+            .is_none_or(Value::is_null)
+    {
+        return;
+    }
+    for key in ["helper_calls_per_packet", "helper_calls"] {
+        if let Some(v) = count.get(key) {
+            host.insert(key.to_owned(), v.clone());
+        }
+    }
+    if let Some(k) = count.get("kernel_release") {
+        host.insert("helper_calls_kernel".to_owned(), k.clone());
+    }
 }
 
 fn num(v: &Value, key: &str) -> String {
@@ -356,15 +392,17 @@ fn host_table(doc: &Value) -> String {
         "  ingress policer (10k-flow mix, overloaded) {:>7} ns/pkt\n",
         num(doc, "police_ns_per_packet")
     ));
-    s.push_str(&match doc.get("helper_calls_per_packet").and_then(Value::as_f64) {
-        Some(n) => format!("  helper calls per packet (10k-flow mix, paced) {n:.2}\n"),
-        None => format!(
-            "  helper calls per packet: not counted ({})\n",
-            doc.get("helper_calls_error")
-                .and_then(Value::as_str)
-                .unwrap_or("no reason given")
-        ),
-    });
+    s.push_str(
+        &match doc.get("helper_calls_per_packet").and_then(Value::as_f64) {
+            Some(n) => format!("  helper calls per packet (10k-flow mix, paced) {n:.2}\n"),
+            None => format!(
+                "  helper calls per packet: not counted ({})\n",
+                doc.get("helper_calls_error")
+                    .and_then(Value::as_str)
+                    .unwrap_or("no reason given")
+            ),
+        },
+    );
     if let Some(programs) = doc.get("programs").and_then(Value::as_object) {
         for (name, p) in programs {
             s.push_str(&format!(
@@ -483,5 +521,30 @@ mod tests {
         let vm = json!({"shaper": {"goodput_ratio": 0.95}, "aggregate": null});
         let t = vm_table(&vm);
         assert!(t.contains("95.0%") && !t.contains("aggregate"), "{t}");
+    }
+
+    #[test]
+    fn a_refused_host_count_takes_the_guests_and_a_host_count_stays() {
+        let vm = json!({"helper_calls": {
+            "kernel_release": "6.12",
+            "helper_calls_per_packet": 1.0,
+            "helper_calls": {"flow_mix_10k": {"bpf_ktime_get_ns": 1.0}},
+            "helper_calls_error": null,
+        }});
+        let mut refused = json!({"helper_calls_per_packet": null, "helper_calls_error": "EPERM"});
+        let map = refused.as_object_mut().expect("object");
+        adopt_helper_count(map, &vm);
+        assert_eq!(map["helper_calls_per_packet"], json!(1.0));
+        assert_eq!(map["helper_calls_kernel"], json!("6.12"));
+        assert_eq!(
+            map["helper_calls"]["flow_mix_10k"]["bpf_ktime_get_ns"],
+            json!(1.0)
+        );
+
+        let mut counted = json!({"helper_calls_per_packet": 2.0});
+        let map = counted.as_object_mut().expect("object");
+        adopt_helper_count(map, &vm);
+        assert_eq!(map["helper_calls_per_packet"], json!(2.0));
+        assert!(!map.contains_key("helper_calls_kernel"));
     }
 }
