@@ -1,12 +1,13 @@
 //! Bounded header parsing for the classifier.
 //!
-//! Reads headers straight from the skb's linear area (direct packet access,
-//! each read bounds-checked against `data_end`, no helper call). When a
-//! header lies past the linear area (a non-linear skb) or the frame is short,
-//! the parse starts over with `bpf_skb_load_bytes` (via `TcContext::load`),
-//! which reads paged data too and fails cleanly past the end, so a short
-//! frame is classified as truncated instead of being misread. Both passes
-//! run the same code, generic over [`Frame`].
+//! Each read takes its bytes straight from the skb's linear area when they
+//! lie there (direct packet access, bounds-checked against `data_end`, no
+//! helper call). Only a read past the linear area, in a non-linear skb or a
+//! short frame, goes through `bpf_skb_load_bytes` (`TcContext::load`), which
+//! reads paged data too and fails cleanly past the end, so a short frame is
+//! classified as truncated instead of being misread. The choice is made per
+//! read, in [`Frame::read`], so the parse exists once; a second whole pass
+//! for the helper would double the states the verifier walks.
 //!
 //! Handles: Ethernet with up to two 802.1Q/802.1ad tags, or no L2 header at
 //! all (PPP, WireGuard, tun: the config says which); IPv4 with options and
