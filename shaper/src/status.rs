@@ -1,5 +1,6 @@
-//! `shaper status`: what is attached where, at what rate, with the counters.
-//! Reads the state records and the pinned maps; needs no cooperation from the
+//! `shaper status`: what is attached where, at what rate, with the counters
+//! and the kernel's run figures of the programs (`bpf::stats`). Reads the
+//! state records and the pinned maps; needs no cooperation from the
 //! `shaper run` process, which may be gone.
 
 use std::fmt::Write as _;
@@ -12,6 +13,7 @@ use shaper_common::{
 };
 
 use crate::{
+    bpf::stats::{self, ProgramRuns},
     counters::CounterSnapshot,
     hook::{AttachError, pin_err},
     link::link_by_name,
@@ -47,6 +49,11 @@ pub struct IfaceStatus {
     /// The ingress policer's counters, when ingress is shaped and its pins
     /// are visible here.
     pub ingress_counters: Option<CounterSnapshot>,
+    /// The egress object's programs with the kernel's run figures, if the
+    /// pins are visible here; the reason when they could not be read.
+    pub programs: Result<Option<Vec<ProgramRuns>>, String>,
+    /// The same for the ingress policer's object.
+    pub ingress_programs: Result<Option<Vec<ProgramRuns>>, String>,
 }
 
 impl IfaceStatus {
@@ -93,7 +100,19 @@ pub fn collect(
             Some(_) => read_counters(&pins::ingress_dir(&paths).join(pins::COUNTERS))?,
             None => None,
         };
+        // Read after the counters, so a program's runs are never fewer than
+        // the packets its counters show.
+        let runs = |pin: &std::path::Path| {
+            stats::programs_using(pin).map_err(|e| format!("{:#}", anyhow::Error::from(e)))
+        };
+        let programs = runs(&paths.pin_dir.join(pins::COUNTERS));
+        let ingress_programs = match record.ingress {
+            Some(_) => runs(&pins::ingress_dir(&paths).join(pins::COUNTERS)),
+            None => Ok(None),
+        };
         out.push(IfaceStatus {
+            programs,
+            ingress_programs,
             ingress_counters,
             fair,
             pid_alive: crate::state::pid_alive(record.pid),
@@ -140,6 +159,7 @@ pub fn to_json(st: &IfaceStatus) -> String {
         if let Some(counters) = &st.ingress_counters {
             v["ingress"]["counters"] = counters_json(counters);
         }
+        programs_json(&mut v["ingress"], &st.ingress_programs);
     }
     if let Some(c) = &st.config {
         v["pacer"] = serde_json::json!({
@@ -168,7 +188,48 @@ pub fn to_json(st: &IfaceStatus) -> String {
     if let Some(counters) = &st.counters {
         v["counters"] = counters_json(counters);
     }
+    programs_json(&mut v, &st.programs);
     v.to_string()
+}
+
+/// `programs` (name, id, `run_cnt`, `run_time_ns`) in `v`, or
+/// `programs_error`; nothing when the pins are not visible.
+fn programs_json(v: &mut serde_json::Value, programs: &Result<Option<Vec<ProgramRuns>>, String>) {
+    match programs {
+        Ok(Some(p)) => v["programs"] = serde_json::json!(p),
+        Ok(None) => {}
+        Err(e) => v["programs_error"] = serde_json::json!(e),
+    }
+}
+
+/// One line on the programs' kernel-measured run time.
+fn render_programs(
+    s: &mut String,
+    indent: &str,
+    programs: &Result<Option<Vec<ProgramRuns>>, String>,
+) {
+    let list = match programs {
+        Ok(Some(p)) => p,
+        Ok(None) => return,
+        Err(e) => {
+            let _ = writeln!(s, "{indent}programs:   not readable: {e}");
+            return;
+        }
+    };
+    let parts: Vec<String> = list
+        .iter()
+        .map(|p| match p.ns_per_run() {
+            Some(ns) => format!("{} {ns:.0} ns/run over {} runs", p.name, p.run_cnt),
+            None => format!("{} (no runs counted)", p.name),
+        })
+        .collect();
+    let _ = writeln!(s, "{indent}programs:   {}", parts.join(", "));
+    if list.iter().all(|p| p.run_cnt == 0) {
+        let _ = writeln!(
+            s,
+            "{indent}            the kernel times programs only with `sysctl kernel.bpf_stats_enabled=1`"
+        );
+    }
 }
 
 fn counters_json(counters: &CounterSnapshot) -> serde_json::Value {
@@ -258,6 +319,7 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
             );
         }
     }
+    render_programs(s, "    ", &st.ingress_programs);
 }
 
 /// Human-readable report.
@@ -360,6 +422,7 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
                 );
             }
         }
+        render_programs(&mut s, "  ", &st.programs);
     }
     s
 }

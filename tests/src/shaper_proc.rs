@@ -80,6 +80,9 @@ pub struct Status {
     /// The egress counters by name, when the pins are visible.
     #[serde(default)]
     pub counters: Option<BTreeMap<String, u64>>,
+    /// The egress object's programs with the kernel's run figures.
+    #[serde(default)]
+    pub programs: Option<Vec<Value>>,
 }
 
 /// The `ingress` object of [`Status`].

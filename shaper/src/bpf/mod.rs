@@ -1,6 +1,7 @@
 //! The embedded BPF object and helpers to load it.
 
 pub mod load;
+pub mod stats;
 pub mod test_run;
 
 /// The BPF object built by `cargo xtask build-ebpf`, 8-byte aligned as the
