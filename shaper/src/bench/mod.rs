@@ -32,7 +32,9 @@
 //! `kernel_release`, ...), and `vm`
 //! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress}` for
 //! the download, each with `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`,
-//! `softirq_cpu_per_mbit`; the traffic cases of [`cases`],
+//! `softirq_cpu_per_mbit`, and for the shaper's states
+//! `bpf_run_ns_per_packet`, the kernel's own time per program run; the
+//! traffic cases of [`cases`],
 //! `lone_flow.<case>`, `bulk_beside_sparse`, `many_flows.<n>` and
 //! `unequal.<case>` (with Jain's index), the
 //! timed cases of [`timed`], `churn`, `leave` and `join`, and with
@@ -297,6 +299,9 @@ fn units() -> Value {
         "vm.softirq_cpu_per_mbit": "percent of one CPU per Mbit/s of goodput: \
                                     (system+softirq+irq share shaped - share of an unshaped \
                                     iperf3-paced run at the same goodput) x CPUs x 100 / Mbit/s",
+        "vm.bpf_run_ns_per_packet": "nanoseconds per program run, the kernel's own \
+                                     run_time_ns / run_cnt of the shaper's programs over the \
+                                     state's run (BPF_ENABLE_STATS held by the bench)",
     })
 }
 
@@ -450,8 +455,8 @@ fn vm_table(vm: &Value) -> String {
         num(vm, "duration_s"),
     );
     s.push_str(&format!(
-        "  {:<10} {:>8} {:>9} {:>9} {:>14}\n",
-        "state", "goodput", "ping p50", "ping p99", "cpu %/Mbit/s"
+        "  {:<10} {:>8} {:>9} {:>9} {:>14} {:>11}\n",
+        "state", "goodput", "ping p50", "ping p99", "cpu %/Mbit/s", "bpf ns/pkt"
     ));
     for name in ["shaper", "cake", "aggregate"] {
         let Some(st) = vm.get(name).filter(|v| !v.is_null()) else {
@@ -462,12 +467,13 @@ fn vm_table(vm: &Value) -> String {
             .and_then(Value::as_f64)
             .map_or("-".to_owned(), |x| format!("{x:.3}"));
         s.push_str(&format!(
-            "  {:<10} {:>8} {:>9} {:>9} {:>14}\n",
+            "  {:<10} {:>8} {:>9} {:>9} {:>14} {:>11}\n",
             name,
             frac(st, "goodput_ratio"),
             num(st, "ping_p50_ms"),
             num(st, "ping_p99_ms"),
-            cpu
+            cpu,
+            num(st, "bpf_run_ns_per_packet")
         ));
     }
     if let Some(ing) = vm.get("ingress").filter(|v| !v.is_null()) {
@@ -479,12 +485,13 @@ fn vm_table(vm: &Value) -> String {
                 .and_then(Value::as_f64)
                 .map_or("-".to_owned(), |x| format!("{x:.3}"));
             s.push_str(&format!(
-                "  {:<12} {:>8} {:>9} {:>9} {:>14}\n",
+                "  {:<12} {:>8} {:>9} {:>9} {:>14} {:>9}\n",
                 name,
                 frac(st, "goodput_ratio"),
                 num(st, "ping_p50_ms"),
                 num(st, "ping_p99_ms"),
-                cpu
+                cpu,
+                num(st, "bpf_run_ns_per_packet")
             ));
         }
     }

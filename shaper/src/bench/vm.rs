@@ -102,6 +102,10 @@ pub struct StateResult {
     pub baseline_cpu_kernel_frac: f64,
     /// The baseline's goodput, Mbit/s (should match `goodput_mbit`).
     pub baseline_goodput_mbit: f64,
+    /// The kernel's own time in the shaper's programs per program run (one
+    /// run per skb), egress and ingress together, over the state's whole
+    /// run; `None` for CAKE and where the kernel did not count.
+    pub bpf_run_ns_per_packet: Option<f64>,
     /// The shaper's outcome counters (not for CAKE).
     pub counters: Option<BTreeMap<String, u64>>,
 }
@@ -189,6 +193,15 @@ pub fn soak(bin: &std::path::Path, rate: Rate, length: Duration) -> Result<SoakD
 /// Runs the lab part.
 pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     let started = Instant::now();
+    // The kernel times the shaper's programs while this is held; without
+    // it `bpf_run_ns_per_packet` stays empty and the rest still runs.
+    let _stats = match crate::bpf::stats::enable() {
+        Ok(fd) => Some(fd),
+        Err(e) => {
+            tracing::warn!("{:#}", anyhow::Error::from(e));
+            None
+        }
+    };
     let tb = Testbed::new(TestbedOptions {
         client_delay: opts.delay,
         ..TestbedOptions::default()
@@ -354,8 +367,27 @@ fn state_result(shaped: &RunResult, baseline: &RunResult, rate: Rate, cpus: usiz
         cpu_kernel_frac: cpu,
         baseline_cpu_kernel_frac: base,
         baseline_goodput_mbit: baseline.total_bps / 1e6,
+        bpf_run_ns_per_packet: shaped
+            .counters
+            .as_ref()
+            .ok()
+            .and_then(bpf_run_ns_per_packet),
         counters: shaped.counters.as_ref().ok().cloned(),
     }
+}
+
+/// Σ run time / Σ runs over the programs in a state's counters
+/// (`[ingress.]program.<name>.run_time_ns` and `.run_cnt`).
+fn bpf_run_ns_per_packet(counters: &BTreeMap<String, u64>) -> Option<f64> {
+    let sum = |suffix: &str| -> u64 {
+        counters
+            .iter()
+            .filter(|(k, _)| k.contains("program.") && k.ends_with(suffix))
+            .map(|(_, v)| *v)
+            .sum()
+    };
+    let runs = sum(".run_cnt");
+    (runs > 0).then(|| sum(".run_time_ns") as f64 / runs as f64)
 }
 
 /// CPUs this machine has.

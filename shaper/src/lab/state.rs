@@ -597,6 +597,23 @@ fn parse_counters(json: &str) -> Result<BTreeMap<String, u64>, String> {
             }
         }
     }
+    // The kernel's run figures of each program, as
+    // `program.<name>.run_cnt` and `.run_time_ns` (ingress prefixed).
+    for (prefix, side) in [("", Some(obj)), ("ingress.", obj.get("ingress"))] {
+        let programs = side
+            .and_then(|o| o.get("programs"))
+            .and_then(Value::as_array);
+        for p in programs.into_iter().flatten() {
+            let Some(name) = p.get("name").and_then(Value::as_str) else {
+                continue;
+            };
+            for key in ["run_cnt", "run_time_ns"] {
+                if let Some(n) = p.get(key).and_then(Value::as_u64) {
+                    out.insert(format!("{prefix}program.{name}.{key}"), n);
+                }
+            }
+        }
+    }
     Ok(out)
 }
 
@@ -622,6 +639,19 @@ mod tests {
             parse_counters(r#"{"ingress":{"counters":{"police_drop":7}}}"#).expect("ingress only");
         assert_eq!(i.get("ingress.police_drop"), Some(&7));
         assert_eq!(i.get("police_drop"), None);
+        let p = parse_counters(
+            r#"{"counters":{"paced":1},
+                "programs":[{"name":"shaper_egress","id":9,"run_cnt":5,"run_time_ns":900}],
+                "ingress":{"counters":{"packets":2},
+                  "programs":[{"name":"shaper_police","id":10,"run_cnt":2,"run_time_ns":300}]}}"#,
+        )
+        .expect("with programs");
+        assert_eq!(p.get("program.shaper_egress.run_cnt"), Some(&5));
+        assert_eq!(p.get("program.shaper_egress.run_time_ns"), Some(&900));
+        assert_eq!(
+            p.get("ingress.program.shaper_police.run_time_ns"),
+            Some(&300)
+        );
     }
 
     #[test]
