@@ -34,7 +34,7 @@ pub const HELPERS: [Helper; 7] = [
     Helper {
         name: "bpf_skb_load_bytes",
         function: "bpf_skb_load_bytes",
-        program: "calls_load_bytes",
+        program: "calls_load",
     },
     Helper {
         name: "bpf_ktime_get_ns",
@@ -44,12 +44,12 @@ pub const HELPERS: [Helper; 7] = [
     Helper {
         name: "bpf_skb_set_tstamp",
         function: "bpf_skb_set_tstamp",
-        program: "calls_set_tstamp",
+        program: "calls_tstamp",
     },
     Helper {
         name: "bpf_skb_store_bytes",
         function: "bpf_skb_store_bytes",
-        program: "calls_store_bytes",
+        program: "calls_store",
     },
     Helper {
         name: "bpf_get_prandom_u32",

@@ -30,7 +30,7 @@ fn bump(slot: u32) -> i32 {
 }
 
 #[fentry(function = "bpf_skb_load_bytes")]
-pub fn calls_load_bytes(_ctx: FEntryContext) -> i32 {
+pub fn calls_load(_ctx: FEntryContext) -> i32 {
     bump(0)
 }
 
@@ -40,12 +40,12 @@ pub fn calls_ktime(_ctx: FEntryContext) -> i32 {
 }
 
 #[fentry(function = "bpf_skb_set_tstamp")]
-pub fn calls_set_tstamp(_ctx: FEntryContext) -> i32 {
+pub fn calls_tstamp(_ctx: FEntryContext) -> i32 {
     bump(2)
 }
 
 #[fentry(function = "bpf_skb_store_bytes")]
-pub fn calls_store_bytes(_ctx: FEntryContext) -> i32 {
+pub fn calls_store(_ctx: FEntryContext) -> i32 {
     bump(3)
 }
 
