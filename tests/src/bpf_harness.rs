@@ -301,20 +301,28 @@ pub const EPOCH_ATTEMPTS: u32 = 10;
 
 /// Runs `attempt` until it returns `Some`: `None` means the attempt crossed
 /// a fair-pacer epoch boundary (8.4 ms, short under emulation), so its
-/// per-epoch checks had nothing to check. Each retry is reported through
-/// [`crate::skip::note_retry`]; after [`EPOCH_ATTEMPTS`] misses the test
-/// fails. Each attempt gets its own [`Harness`] as a fresh load leaves
-/// it, so none sees another's state.
-pub fn in_one_epoch<T>(mut attempt: impl FnMut() -> Option<T>) -> T {
-    for n in 1..=EPOCH_ATTEMPTS {
+/// per-epoch checks had nothing to check. Each attempt gets its own
+/// [`Harness`] as a fresh load leaves it, so none sees another's state.
+pub fn in_one_epoch<T>(attempt: impl FnMut() -> Option<T>) -> T {
+    until_judged(
+        EPOCH_ATTEMPTS,
+        "crossed an epoch boundary during the test",
+        attempt,
+    )
+}
+
+/// Runs `attempt` up to `attempts` times until it returns `Some`; `None`
+/// means the attempt `missed` (its timing left nothing to judge). Each
+/// retry is reported through [`crate::skip::note_retry`]; after the last
+/// miss the test fails.
+pub fn until_judged<T>(attempts: u32, missed: &str, mut attempt: impl FnMut() -> Option<T>) -> T {
+    for n in 1..=attempts {
         if let Some(v) = attempt() {
             return v;
         }
-        crate::skip::note_retry(&format!(
-            "attempt {n} crossed an epoch boundary during the test"
-        ));
+        crate::skip::note_retry(&format!("attempt {n} {missed}"));
     }
-    panic!("every one of {EPOCH_ATTEMPTS} attempts crossed an epoch boundary");
+    panic!("every one of {attempts} attempts {missed}");
 }
 
 /// Asserts `after - before` equals `expected` exactly (unlisted counters: 0).

@@ -10,7 +10,7 @@ use shaper_common::{config::DEFAULT_HORIZON_NS, counters::Counter};
 use shaper_tests::{
     bpf_harness::*,
     packets::{ETH_HLEN, Frame, Ipv4, Transport},
-    skip::{Need, note_retry, require},
+    skip::{Need, require},
 };
 
 // ---------------------------------------------------------------------------
@@ -71,16 +71,10 @@ fn back_to_back_packets_depart_one_transmission_time_apart() {
     if !require(&[Need::Bpf]) {
         return;
     }
-    for n in 1..=SLOW_ATTEMPTS {
-        if back_to_back_attempt() {
-            return;
-        }
-        note_retry(&format!(
-            "attempt {n}: the machine took longer between two runs than a packet's transmission time"
-        ));
-    }
-    panic!(
-        "every one of {SLOW_ATTEMPTS} attempts was slower than the transmission times it relies on"
+    until_judged(
+        SLOW_ATTEMPTS,
+        "took longer between two runs than a packet's transmission time",
+        back_to_back_attempt,
     );
 }
 
@@ -89,10 +83,10 @@ fn back_to_back_packets_depart_one_transmission_time_apart() {
 /// the clock runs ahead (150 ms and more), as a loaded emulated guest can.
 const SLOW_ATTEMPTS: u32 = 3;
 
-/// One back-to-back sequence on a fresh load. `false`: a packet reached the
+/// One back-to-back sequence on a fresh load. `None`: a packet reached the
 /// program after its expected departure time had already passed, so the
 /// attempt judged nothing; every other outcome is asserted.
-fn back_to_back_attempt() -> bool {
+fn back_to_back_attempt() -> Option<()> {
     let mut h = Harness::load();
     // 80 kbit/s: 100 us per byte. The largest frame goes first, so the clock
     // runs 150 ms ahead of the first syscall's return; the sum stays inside
@@ -143,7 +137,7 @@ fn back_to_back_attempt() -> bool {
             // The program may have run after the departure time it was to
             // meet: an idle clock then restarts, which is right, but not
             // what this attempt checks.
-            return false;
+            return None;
         }
         assert_eq!(out.retval, PASS, "back-to-back packet: verdict");
         assert_counts_moved("back-to-back packet", &before, &h.counts(), &expected);
@@ -169,7 +163,7 @@ fn back_to_back_attempt() -> bool {
         clock - monotonic_ns() < DEFAULT_HORIZON_NS,
         "test stayed inside the horizon"
     );
-    true
+    Some(())
 }
 
 #[test]
