@@ -235,14 +235,9 @@ pub struct HostReport {
     pub passthrough_hot_ns_per_packet: f64,
     /// Verdict shares of the headline measurement.
     pub verdict_fractions: BTreeMap<&'static str, f64>,
-    /// Helper calls per packet on the headline path, counted in an untimed
-    /// pass of its own (`calls`); `None` when the counters could not be
-    /// attached, with the reason in `helper_calls_error`.
-    pub helper_calls_per_packet: Option<f64>,
-    /// The counted passes: per path, helper calls per packet by helper.
-    pub helper_calls: BTreeMap<&'static str, BTreeMap<&'static str, f64>>,
-    /// Why helper calls were not counted.
-    pub helper_calls_error: Option<String>,
+    /// Helper calls per packet, counted in untimed passes of their own.
+    #[serde(flatten)]
+    pub helpers: HelperCalls,
     /// Each classifier's size, after the verifier's rewrites and as the
     /// verifier processed it (against its million-instruction limit).
     pub programs: BTreeMap<&'static str, ProgramSize>,
@@ -589,17 +584,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     let pacer_own_ns = mix.ns_per_packet - mix_pass;
     let aggregate_own_ns = aggregate_ns - mix_pass;
     // Last, so no timed call runs with the counters attached.
-    let counted = counted_passes(&mut b, &frames, opts, rate, tx_ns, mix_pass);
-    let (helper_calls, helper_calls_error) = match counted {
-        Ok(c) => (c, None),
-        Err(e) => {
-            tracing::warn!(error = %format!("{e:#}"), "helper calls not counted");
-            (
-                BTreeMap::new(),
-                Some(format!("{:#}", anyhow::Error::from(e))),
-            )
-        }
-    };
+    let helpers = HelperCalls::count(&mut b, &frames, opts, rate, tx_ns, mix_pass);
     let programs = b.program_sizes();
     let report = HostReport {
         kernel_release: checks::kernel_release(),
@@ -620,9 +605,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         police_ns_per_packet: police_ns,
         passthrough_hot_ns_per_packet: passthrough_hot,
         verdict_fractions: mix.verdicts.clone(),
-        helper_calls_per_packet: helper_calls.get("flow_mix_10k").map(|h| h.values().sum()),
-        helper_calls,
-        helper_calls_error,
+        helpers,
         programs,
         paths: {
             paths.insert("flow_mix_10k", mix);
@@ -637,18 +620,57 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     })
 }
 
-/// Helper calls per packet, counted on their own: what the lab part adds on
-/// a kernel that allows tracing programs, for a host part that could not.
-#[derive(Clone, Debug, Serialize)]
-pub struct HelperCount {
-    /// The kernel the count is from.
-    pub kernel_release: String,
-    /// The paced mix's helper calls per packet, all helpers.
+/// Helper calls per packet on the paced mixes, or why they were not
+/// counted.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct HelperCalls {
+    /// The paced mix's helper calls per packet, all helpers; `None` when
+    /// the counters could not be attached.
     pub helper_calls_per_packet: Option<f64>,
     /// Per path, by helper.
     pub helper_calls: BTreeMap<&'static str, BTreeMap<&'static str, f64>>,
     /// Why nothing was counted.
     pub helper_calls_error: Option<String>,
+}
+
+impl HelperCalls {
+    /// Runs the counted passes on `b`; a refusal becomes the error text.
+    fn count(
+        b: &mut Bench,
+        frames: &[Vec<u8>],
+        opts: &HostOptions,
+        rate: u64,
+        tx_ns: u64,
+        mix_pass: f64,
+    ) -> Self {
+        match counted_passes(b, frames, opts, rate, tx_ns, mix_pass) {
+            Ok(helper_calls) => Self {
+                helper_calls_per_packet: helper_calls.get("flow_mix_10k").map(|h| h.values().sum()),
+                helper_calls,
+                helper_calls_error: None,
+            },
+            Err(e) => {
+                let error = format!("{:#}", anyhow::Error::from(e));
+                tracing::warn!(%error, "helper calls not counted");
+                Self {
+                    helper_calls_error: Some(error),
+                    ..Self::default()
+                }
+            }
+        }
+    }
+}
+
+/// Helper calls counted on their own, with the kernel they are from: what
+/// the lab part adds on a kernel that allows tracing programs, for a host
+/// part that could not.
+#[derive(Clone, Debug, Serialize)]
+pub struct HelperCount {
+    /// The kernel the count is from.
+    pub kernel_release: String,
+    /// The count.
+    #[serde(flatten)]
+    pub helpers: HelperCalls,
 }
 
 /// Loads the object and runs only the counted passes, on the mix `opts`
@@ -661,19 +683,10 @@ pub fn count_helpers(opts: &HostOptions) -> Result<HelperCount, BenchError> {
     let tx_ns = MIX_DELAY_BUDGET_NS / u64::from(opts.mix_repeat);
     let rate = rate_for(opts.frame_len, tx_ns);
     // No own cost is derived from these passes, so no passthrough figure.
-    let (helper_calls, helper_calls_error) =
-        match counted_passes(&mut b, &frames, opts, rate, tx_ns, 0.0) {
-            Ok(c) => (c, None),
-            Err(e) => (
-                BTreeMap::new(),
-                Some(format!("{:#}", anyhow::Error::from(e))),
-            ),
-        };
+    let helpers = HelperCalls::count(&mut b, &frames, opts, rate, tx_ns, 0.0);
     Ok(HelperCount {
         kernel_release: checks::kernel_release(),
-        helper_calls_per_packet: helper_calls.get("flow_mix_10k").map(|h| h.values().sum()),
-        helper_calls,
-        helper_calls_error,
+        helpers,
     })
 }
 
