@@ -31,9 +31,12 @@
 //! `programs.<name>.{xlated_insns, verified_insns}`,
 //! `kernel_release`, ...), and `vm`
 //! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress}` for
-//! the download, each with `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`,
-//! `softirq_cpu_per_mbit`, and for the shaper's states
-//! `bpf_run_ns_per_packet`, the kernel's own time per program run; the
+//! the download, each the median over `--state-reps` interleaved runs of
+//! `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`, `softirq_cpu_per_mbit`,
+//! and for the shaper's states `bpf_run_ns_per_packet`, the kernel's own
+//! time per program run; beside them the spreads `goodput`, `ping_p99` and
+//! `cpu` (median, min, max, every run's figure) and `runs`, each run's
+//! figures; the
 //! traffic cases of [`cases`],
 //! `lone_flow.<case>`, `bulk_beside_sparse`, `many_flows.<n>` and
 //! `unequal.<case>` (with Jain's index), the
@@ -113,6 +116,12 @@ pub struct BenchArgs {
     /// shaper; 0 skips them.
     #[arg(long, value_name = "N", default_value_t = 3)]
     pub case_reps: u32,
+    /// Lab part: runs of each state (the upload and download states, each
+    /// with its paced baseline), interleaved, reported as medians with
+    /// their spread.
+    #[arg(long, value_name = "N", default_value_t = 3,
+          value_parser = clap::value_parser!(u32).range(1..=20))]
+    pub state_reps: u32,
     /// Lab part: also run the matrix of rates (20, 50, 200 Mbit/s), RTTs
     /// (20, 80 ms), GSO on and off and 1, 2, 4 and 16 flows, each under
     /// CAKE and the shaper, --case-reps times (a quarter of an hour or more
@@ -184,6 +193,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             case_reps: args.case_reps,
             case_duration: Duration::from_secs(5),
             matrix: args.matrix,
+            state_reps: args.state_reps,
         };
         let report = vm::run(&opts).context("the lab part failed")?;
         let mut doc = serde_json::to_value(&report)?;
@@ -368,6 +378,38 @@ fn frac(v: &Value, key: &str) -> String {
     }
 }
 
+/// `median [min–max]` of the figure `median_key`, its spread read from
+/// `spread_key` (absent in a single run's document: the median alone), each
+/// number through `show`.
+fn with_range(st: &Value, median_key: &str, spread_key: &str, show: fn(f64) -> String) -> String {
+    let Some(m) = st.get(median_key).and_then(Value::as_f64) else {
+        return "-".to_owned();
+    };
+    let spread = st.get(spread_key).filter(|v| !v.is_null());
+    let bound = |k: &str| spread.and_then(|v| v.get(k)).and_then(Value::as_f64);
+    match (bound("min"), bound("max")) {
+        (Some(lo), Some(hi)) => format!("{} [{}–{}]", show(m), show(lo), show(hi)),
+        _ => show(m),
+    }
+}
+
+/// One state's row of the lab table: medians, and the spread of goodput,
+/// ping p99 and CPU over the state's runs.
+fn state_row(name: &str, st: &Value) -> String {
+    format!(
+        "  {:<12} {:>20} {:>9} {:>18} {:>20} {:>10}\n",
+        name,
+        with_range(st, "goodput_ratio", "goodput", |x| format!(
+            "{:.1}%",
+            x * 100.0
+        )),
+        num(st, "ping_p50_ms"),
+        with_range(st, "ping_p99_ms", "ping_p99", |x| format!("{x:.1}")),
+        with_range(st, "softirq_cpu_per_mbit", "cpu", |x| format!("{x:.3}")),
+        num(st, "bpf_run_ns_per_packet"),
+    )
+}
+
 /// The host part as a table.
 fn host_table(doc: &Value) -> String {
     let mut s = format!(
@@ -455,44 +497,20 @@ fn vm_table(vm: &Value) -> String {
         num(vm, "duration_s"),
     );
     s.push_str(&format!(
-        "  {:<10} {:>8} {:>9} {:>9} {:>14} {:>11}\n",
+        "  {:<12} {:>20} {:>9} {:>18} {:>20} {:>10}\n",
         "state", "goodput", "ping p50", "ping p99", "cpu %/Mbit/s", "bpf ns/pkt"
     ));
     for name in ["shaper", "cake", "aggregate"] {
-        let Some(st) = vm.get(name).filter(|v| !v.is_null()) else {
-            continue;
-        };
-        let cpu = st
-            .get("softirq_cpu_per_mbit")
-            .and_then(Value::as_f64)
-            .map_or("-".to_owned(), |x| format!("{x:.3}"));
-        s.push_str(&format!(
-            "  {:<10} {:>8} {:>9} {:>9} {:>14} {:>11}\n",
-            name,
-            frac(st, "goodput_ratio"),
-            num(st, "ping_p50_ms"),
-            num(st, "ping_p99_ms"),
-            cpu,
-            num(st, "bpf_run_ns_per_packet")
-        ));
+        if let Some(st) = vm.get(name).filter(|v| !v.is_null()) {
+            s.push_str(&state_row(name, st));
+        }
     }
     if let Some(ing) = vm.get("ingress").filter(|v| !v.is_null()) {
         s.push_str("  download, shaped at the WAN ingress:\n");
         for name in ["police", "ifb", "cake_ingress"] {
-            let Some(st) = ing.get(name) else { continue };
-            let cpu = st
-                .get("softirq_cpu_per_mbit")
-                .and_then(Value::as_f64)
-                .map_or("-".to_owned(), |x| format!("{x:.3}"));
-            s.push_str(&format!(
-                "  {:<12} {:>8} {:>9} {:>9} {:>14} {:>9}\n",
-                name,
-                frac(st, "goodput_ratio"),
-                num(st, "ping_p50_ms"),
-                num(st, "ping_p99_ms"),
-                cpu,
-                num(st, "bpf_run_ns_per_packet")
-            ));
+            if let Some(st) = ing.get(name) {
+                s.push_str(&state_row(name, st));
+            }
         }
     }
     if vm.get("lone_flow").is_some() {
@@ -528,6 +546,19 @@ mod tests {
         let vm = json!({"shaper": {"goodput_ratio": 0.95}, "aggregate": null});
         let t = vm_table(&vm);
         assert!(t.contains("95.0%") && !t.contains("aggregate"), "{t}");
+    }
+
+    #[test]
+    fn a_state_row_shows_medians_with_their_range() {
+        let st = json!({
+            "goodput_ratio": 0.95, "goodput": {"median": 0.95, "min": 0.93, "max": 0.96},
+            "ping_p99_ms": 22.5, "ping_p99": {"median": 22.5, "min": 21.0, "max": 30.25},
+            "softirq_cpu_per_mbit": 0.9, "cpu": null,
+        });
+        let row = state_row("shaper", &st);
+        assert!(row.contains("95.0% [93.0%–96.0%]"), "{row}");
+        assert!(row.contains("22.5 [21.0–30.2]"), "{row}");
+        assert!(row.contains("0.900") && !row.contains("0.900 ["), "{row}");
     }
 
     #[test]

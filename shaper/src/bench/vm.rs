@@ -33,7 +33,13 @@
 //! index), and flows that leave, join and churn, under CAKE and the shaper,
 //! repeated and reported as medians.
 //!
-//! Non-goals: repetitions of the states above, GSO-off runs.
+//! Repetitions: each state runs `state_reps` times, the states interleaved
+//! (shaper, CAKE, aggregate, police, ifb, CAKE-ingress, then again) so that
+//! a slow stretch of the host hits every state alike. A state's figures are
+//! the medians over its runs, with the spread of goodput, ping p99 and CPU
+//! beside them and every run's figures under `runs`.
+//!
+//! Non-goals: GSO-off runs.
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration, time::Instant};
 
@@ -48,6 +54,8 @@ use crate::{
     },
     rate::Rate,
 };
+
+use super::cases::Spread;
 
 /// Warm-up excluded from every run.
 const OMIT: Duration = Duration::from_secs(2);
@@ -76,11 +84,65 @@ pub struct VmOptions {
     pub case_duration: Duration,
     /// Also run the matrix ([`super::matrix`]), `case_reps` times.
     pub matrix: bool,
+    /// Runs of each state (at least 1), interleaved.
+    pub state_reps: u32,
 }
 
-/// One state's figures.
+/// One state's figures over its runs: medians, the spread of the figures
+/// that decide a comparison, and every run.
 #[derive(Clone, Debug, Serialize)]
 pub struct StateResult {
+    /// Receiver goodput / configured rate, median.
+    pub goodput_ratio: f64,
+    /// Receiver goodput, Mbit/s, median.
+    pub goodput_mbit: f64,
+    /// Median RTT under load, ms, median over the runs.
+    pub ping_p50_ms: Option<f64>,
+    /// 99th percentile RTT under load, ms, median over the runs.
+    pub ping_p99_ms: Option<f64>,
+    /// Percent of one CPU per Mbit/s (see [`RunFigures`]), median.
+    pub softirq_cpu_per_mbit: Option<f64>,
+    /// The kernel's own ns per program run, median.
+    pub bpf_run_ns_per_packet: Option<f64>,
+    /// Goodput ratio over the runs.
+    pub goodput: Spread,
+    /// Ping p99 over the runs, ms.
+    pub ping_p99: Option<Spread>,
+    /// CPU per Mbit/s over the runs.
+    pub cpu: Option<Spread>,
+    /// Each run's figures, in run order.
+    pub runs: Vec<RunFigures>,
+}
+
+impl StateResult {
+    /// The medians and spreads of `runs` (at least one).
+    fn of(runs: Vec<RunFigures>) -> Self {
+        let all = |f: fn(&RunFigures) -> f64| Spread::of(runs.iter().map(f).collect());
+        let some = |f: fn(&RunFigures) -> Option<f64>| {
+            let v: Vec<f64> = runs.iter().filter_map(f).collect();
+            (!v.is_empty()).then(|| Spread::of(v))
+        };
+        let goodput = all(|r| r.goodput_ratio);
+        let ping_p99 = some(|r| r.ping_p99_ms);
+        let cpu = some(|r| r.softirq_cpu_per_mbit);
+        Self {
+            goodput_ratio: goodput.median,
+            goodput_mbit: all(|r| r.goodput_mbit).median,
+            ping_p50_ms: some(|r| r.ping_p50_ms).map(|s| s.median),
+            ping_p99_ms: ping_p99.as_ref().map(|s| s.median),
+            softirq_cpu_per_mbit: cpu.as_ref().map(|s| s.median),
+            bpf_run_ns_per_packet: some(|r| r.bpf_run_ns_per_packet).map(|s| s.median),
+            goodput,
+            ping_p99,
+            cpu,
+            runs,
+        }
+    }
+}
+
+/// One run of a state.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunFigures {
     /// Receiver goodput / configured rate.
     pub goodput_ratio: f64,
     /// Receiver goodput, Mbit/s.
@@ -207,40 +269,28 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
         ..TestbedOptions::default()
     })?;
     let timing = Timing::new(opts.duration, OMIT);
-    let shaper = State::Shaper {
-        bin: opts.bin.clone(),
-        rate: opts.rate,
-        extra_args: Vec::new(),
+    let mut states = states(opts);
+    for rep in 0..opts.state_reps.max(1) {
+        for (state, download, runs) in &mut states {
+            info!(state = %state.name(), rep, "state run");
+            runs.push(measure(&tb, opts, state.clone(), timing, *download)?);
+        }
+    }
+    let mut results = states.into_iter().map(|(_, _, runs)| StateResult::of(runs));
+    // `states` lists exactly the states read here, in this order.
+    let mut next = || {
+        results.next().ok_or_else(|| LabError::Invalid {
+            detail: "the bench read more states than it planned".to_owned(),
+        })
     };
-    let cake = State::Cake { rate: opts.rate };
-    let shaper = measure(&tb, opts, shaper, timing, false)?;
-    let cake = measure(&tb, opts, cake, timing, false)?;
-    let aggregate = if opts.aggregate {
-        let state = State::Shaper {
-            bin: opts.bin.clone(),
-            rate: opts.rate,
-            extra_args: vec!["--pacer".to_owned(), "aggregate".to_owned()],
-        };
-        Some(measure(&tb, opts, state, timing, false)?)
-    } else {
-        None
-    };
+    let shaper = next()?;
+    let cake = next()?;
+    let aggregate = if opts.aggregate { Some(next()?) } else { None };
     let ingress = if opts.ingress {
-        let police = State::ShaperIngress {
-            bin: opts.bin.clone(),
-            rate: opts.rate,
-            extra_args: Vec::new(),
-        };
-        let ifb = State::ShaperIngress {
-            bin: opts.bin.clone(),
-            rate: opts.rate,
-            extra_args: vec!["--ingress-mode".to_owned(), "ifb".to_owned()],
-        };
-        let cake_ingress = State::CakeIngress { rate: opts.rate };
         Some(IngressResult {
-            police: measure(&tb, opts, police, timing, true)?,
-            ifb: measure(&tb, opts, ifb, timing, true)?,
-            cake_ingress: measure(&tb, opts, cake_ingress, timing, true)?,
+            police: next()?,
+            ifb: next()?,
+            cake_ingress: next()?,
         })
     } else {
         None
@@ -298,6 +348,35 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     })
 }
 
+/// The states in run order, each with whether it shapes the download and
+/// its runs so far: the shaper, CAKE, the aggregate pacer (if asked for),
+/// then the policer, the IFB pacer and CAKE-ingress (if asked for).
+fn states(opts: &VmOptions) -> Vec<(State, bool, Vec<RunFigures>)> {
+    let shaper = |extra: &[&str]| State::Shaper {
+        bin: opts.bin.clone(),
+        rate: opts.rate,
+        extra_args: extra.iter().map(|a| (*a).to_owned()).collect(),
+    };
+    let ingress = |extra: &[&str]| State::ShaperIngress {
+        bin: opts.bin.clone(),
+        rate: opts.rate,
+        extra_args: extra.iter().map(|a| (*a).to_owned()).collect(),
+    };
+    let mut v = vec![
+        (shaper(&[]), false),
+        (State::Cake { rate: opts.rate }, false),
+    ];
+    if opts.aggregate {
+        v.push((shaper(&["--pacer", "aggregate"]), false));
+    }
+    if opts.ingress {
+        v.push((ingress(&[]), true));
+        v.push((ingress(&["--ingress-mode", "ifb"]), true));
+        v.push((State::CakeIngress { rate: opts.rate }, true));
+    }
+    v.into_iter().map(|(s, d)| (s, d, Vec::new())).collect()
+}
+
 /// CAKE's goodput below this share of its rate means the guest could not
 /// keep up (it delivers 0.90 to 0.92 when it can; notes/vm.md).
 const CAKE_STARVED_RATIO: f64 = 0.8;
@@ -324,7 +403,7 @@ fn measure(
     state: State,
     timing: Timing,
     download: bool,
-) -> Result<StateResult, LabError> {
+) -> Result<RunFigures, LabError> {
     let dir = |f: FlowSpec| if download { f.reversed() } else { f };
     let flows = vec![dir(FlowSpec::tcp(Host::Client, opts.streams))];
     let shaped = run_scenario(
@@ -351,12 +430,12 @@ fn measure(
 }
 
 /// The figures of one state from its run and its baseline.
-fn state_result(shaped: &RunResult, baseline: &RunResult, rate: Rate, cpus: usize) -> StateResult {
+fn state_result(shaped: &RunResult, baseline: &RunResult, rate: Rate, cpus: usize) -> RunFigures {
     let mbit = shaped.total_bps / 1e6;
     let ping = shaped.ping();
     let cpu = shaped.cpu.kernel();
     let base = baseline.cpu.kernel();
-    StateResult {
+    RunFigures {
         goodput_ratio: shaped.ratio(rate),
         goodput_mbit: mbit,
         ping_p50_ms: ping.map(|p| p.p50),
@@ -393,4 +472,47 @@ fn bpf_run_ns_per_packet(counters: &BTreeMap<String, u64>) -> Option<f64> {
 /// CPUs this machine has.
 fn cpus() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_of(goodput_ratio: f64, p99: Option<f64>, cpu: Option<f64>) -> RunFigures {
+        RunFigures {
+            goodput_ratio,
+            goodput_mbit: goodput_ratio * 50.0,
+            ping_p50_ms: p99.map(|p| p - 2.0),
+            ping_p99_ms: p99,
+            ping_samples: 100,
+            retransmits: 0,
+            softirq_cpu_per_mbit: cpu,
+            cpu_kernel_frac: 0.5,
+            baseline_cpu_kernel_frac: 0.4,
+            baseline_goodput_mbit: 47.0,
+            bpf_run_ns_per_packet: None,
+            counters: None,
+        }
+    }
+
+    #[test]
+    fn a_state_is_the_median_of_its_runs_with_their_spread() {
+        let st = StateResult::of(vec![
+            run_of(0.95, Some(30.0), Some(0.9)),
+            run_of(0.90, Some(22.0), None),
+            run_of(0.93, Some(25.0), Some(1.1)),
+        ]);
+        assert_eq!(st.goodput_ratio, 0.93);
+        assert_eq!((st.goodput.min, st.goodput.max), (0.90, 0.95));
+        assert_eq!(st.ping_p99_ms, Some(25.0));
+        assert_eq!(st.ping_p50_ms, Some(23.0));
+        // CPU over the two runs that have it.
+        let cpu = st.cpu.as_ref().expect("two runs with CPU");
+        assert_eq!((cpu.min, cpu.max, cpu.runs.len()), (0.9, 1.1, 2));
+        assert_eq!(st.bpf_run_ns_per_packet, None);
+        assert_eq!(st.runs.len(), 3);
+        let v = serde_json::to_value(&st).expect("serialises");
+        assert_eq!(v["runs"][1]["goodput_ratio"], 0.90);
+        assert_eq!(v["ping_p99"]["max"], 30.0);
+    }
 }
