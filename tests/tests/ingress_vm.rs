@@ -10,8 +10,9 @@
 //! same with `--ingress-mode ifb` (the fair pacer on an IFB). One testbed,
 //! at 20 ms and then at 80 ms path RTT (netem on the server).
 //!
-//! Must hold at each RTT, in one of two rounds in a row (TCG timing moves
-//! single figures by a few percent):
+//! Must hold at each RTT for each mode, in one of two rounds, each round
+//! with a CAKE-ingress run of its own (TCG timing moves single figures by a
+//! few percent; a mode that passed is not measured again):
 //! - both modes' goodput is at least CAKE-ingress's of the same round less
 //!   [`GOODPUT_SLACK`]: a floor that catches a policer or pacer that throws
 //!   the rate away; how far each trails CAKE is the benchmark's figure;
@@ -28,9 +29,10 @@ use shaper::{
     rate::Rate,
 };
 use shaper_tests::{
+    skip::note_retry,
     skip::require,
     topo::shaper_bin,
-    vs_cake::{self, OMIT, PING_EVERY, Verdict, report, twice, verdict},
+    vs_cake::{self, OMIT, PING_EVERY, Verdict, report, verdict},
 };
 
 const RATE: &str = "20mbit";
@@ -78,10 +80,52 @@ fn set_wan_delay(tb: &Testbed, rtt: Duration) {
         .expect("change the WAN delay");
 }
 
-/// One RTT: CAKE-ingress, the policer and ifb mode, in up to two rounds.
-fn at_rtt(tb: &Testbed, rtt: Duration) -> Verdict {
-    set_wan_delay(tb, rtt);
+/// One mode's verdict against CAKE-ingress of the same round.
+type Judge = fn(ms: u128, cake: &RunResult, ours: &RunResult, bloated_ms: f64) -> Verdict;
+
+/// The policer: goodput floor and p99 against CAKE-ingress's.
+fn judge_police(ms: u128, cake: &RunResult, police: &RunResult, _bloated_ms: f64) -> Verdict {
     let r = rate();
+    let (gc, pc) = (cake.ratio(r), p99(cake));
+    let (gp, pp) = (police.ratio(r), p99(police));
+    let floor = gc - GOODPUT_SLACK;
+    let counters = police.counters.as_ref().ok();
+    let get = |k: &str| counters.and_then(|c| c.get(k)).copied().unwrap_or(0);
+    verdict(
+        gp >= floor && pp <= POLICE_P99_FACTOR * pc,
+        format!(
+            "{ms} ms police: cake-ingress goodput {gc:.3}, p99 {pc:.1} ms; shaper-police \
+             {gp:.3}, {pp:.1} ms (drops {}, marks {}, withheld {}) (needs goodput ≥ {floor:.3}, \
+             p99 ≤ {POLICE_P99_FACTOR} × cake's)",
+            get("ingress.police_drop"),
+            get("ingress.ce_marked"),
+            get("ingress.police_withheld"),
+        ),
+    )
+}
+
+/// ifb mode: goodput floor, and p99 at most half the bloat.
+fn judge_ifb(ms: u128, cake: &RunResult, ifb: &RunResult, bloated_ms: f64) -> Verdict {
+    let r = rate();
+    let (gc, pc) = (cake.ratio(r), p99(cake));
+    let (gi, pi) = (ifb.ratio(r), p99(ifb));
+    let floor = gc - GOODPUT_SLACK;
+    verdict(
+        gi >= floor && pi <= bloated_ms / 2.0,
+        format!(
+            "{ms} ms ifb: cake-ingress goodput {gc:.3}, p99 {pc:.1} ms; shaper-ifb {gi:.3}, \
+             {pi:.1} ms (needs goodput ≥ {floor:.3}, p99 ≤ {:.1} ms)",
+            bloated_ms / 2.0,
+        ),
+    )
+}
+
+/// One RTT: CAKE-ingress, the policer and ifb mode. Each mode is its own
+/// claim, judged against CAKE-ingress of its round: a mode that misses is
+/// measured once more beside a new CAKE-ingress run, and two misses fail
+/// it. Returns the policer's verdict and then ifb's.
+fn at_rtt(tb: &Testbed, rtt: Duration) -> Vec<Verdict> {
+    set_wan_delay(tb, rtt);
     let ms = rtt.as_millis();
     let timing = vs_cake::timing(OMIT.max(rtt * OMIT_RTTS));
     // What a full access-link buffer gives a ping: the path's RTT and the
@@ -97,30 +141,27 @@ fn at_rtt(tb: &Testbed, rtt: Duration) -> Verdict {
         s.ping_interval = PING_EVERY;
         vs_cake::run(tb, &s)
     };
-    twice(|| {
-        let cake = run(State::CakeIngress { rate: r });
-        let police = run(shaper_ingress("police"));
-        let ifb = run(shaper_ingress("ifb"));
-        let (gc, pc) = (cake.ratio(r), p99(&cake));
-        let (gp, pp) = (police.ratio(r), p99(&police));
-        let (gi, pi) = (ifb.ratio(r), p99(&ifb));
-        let floor = gc - GOODPUT_SLACK;
-        let counters = police.counters.as_ref().ok();
-        let get = |k: &str| counters.and_then(|c| c.get(k)).copied().unwrap_or(0);
-        verdict(
-            gp >= floor && pp <= POLICE_P99_FACTOR * pc && gi >= floor && pi <= bloated_ms / 2.0,
-            format!(
-                "{ms} ms: cake-ingress goodput {gc:.3}, p99 {pc:.1} ms; shaper-police {gp:.3}, \
-                 {pp:.1} ms (drops {}, marks {}, withheld {}); shaper-ifb {gi:.3}, {pi:.1} ms \
-                 (needs goodput ≥ {floor:.3}, police p99 ≤ {POLICE_P99_FACTOR} × cake's, ifb p99 \
-                 ≤ {:.1} ms)",
-                get("ingress.police_drop"),
-                get("ingress.ce_marked"),
-                get("ingress.police_withheld"),
-                bloated_ms / 2.0,
-            ),
-        )
-    })
+    let modes: [(&str, Judge); 2] = [("police", judge_police), ("ifb", judge_ifb)];
+    let cake = run(State::CakeIngress { rate: rate() });
+    let first: Vec<Verdict> = modes
+        .iter()
+        .map(|(mode, judge)| judge(ms, &cake, &run(shaper_ingress(mode)), bloated_ms))
+        .collect();
+    if first.iter().all(Result::is_ok) {
+        return first;
+    }
+    let cake = run(State::CakeIngress { rate: rate() });
+    modes
+        .iter()
+        .zip(first)
+        .map(|((mode, judge), verdict)| {
+            verdict.or_else(|missed| {
+                note_retry(&missed);
+                judge(ms, &cake, &run(shaper_ingress(mode)), bloated_ms)
+                    .map_err(|again| format!("{missed}; again: {again}"))
+            })
+        })
+        .collect()
 }
 
 #[test]
@@ -140,7 +181,7 @@ fn police_and_ifb_keep_goodput_and_latency_at_20_and_80_ms() {
     });
     let results: Vec<Verdict> = [20, 80]
         .into_iter()
-        .map(|ms| at_rtt(&tb, Duration::from_millis(ms)))
+        .flat_map(|ms| at_rtt(&tb, Duration::from_millis(ms)))
         .collect();
     report(&results);
 }
