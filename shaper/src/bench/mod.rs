@@ -58,6 +58,7 @@ pub mod frames;
 pub mod host;
 mod loaded;
 pub mod matrix;
+mod measure;
 pub mod scale;
 pub mod timed;
 pub mod vm;
