@@ -346,7 +346,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     let pacer_own_ns = mix.ns_per_packet - mix_pass;
     let aggregate_own_ns = aggregate_ns - mix_pass;
     // Last, so no timed call runs with the counters attached.
-    let helpers = HelperCalls::count(&mut b, &frames, opts, rate, tx_ns, mix_pass);
+    let helpers = HelperCalls::of(counted_passes(&mut b, &frames, opts, rate, tx_ns, mix_pass));
     let programs = b.program_sizes();
     let report = HostReport {
         kernel_release: checks::kernel_release(),
@@ -396,16 +396,10 @@ pub struct HelperCalls {
 }
 
 impl HelperCalls {
-    /// Runs the counted passes on `b`; a refusal becomes the error text.
-    fn count(
-        b: &mut Bench,
-        frames: &[Vec<u8>],
-        opts: &HostOptions,
-        rate: u64,
-        tx_ns: u64,
-        mix_pass: f64,
-    ) -> Self {
-        match counted_passes(b, frames, opts, rate, tx_ns, mix_pass) {
+    /// The counted passes' outcome ([`counted_passes`]); a refusal becomes
+    /// the error text.
+    fn of(passes: Result<BTreeMap<&'static str, BTreeMap<&'static str, f64>>, BenchError>) -> Self {
+        match passes {
             Ok(helper_calls) => Self {
                 helper_calls_per_packet: helper_calls.get("flow_mix_10k").map(|h| h.values().sum()),
                 helper_calls,
@@ -445,7 +439,7 @@ pub fn count_helpers(opts: &HostOptions) -> Result<HelperCount, BenchError> {
     let tx_ns = MIX_DELAY_BUDGET_NS / u64::from(opts.mix_repeat);
     let rate = rate_for(opts.frame_len, tx_ns);
     // No own cost is derived from these passes, so no passthrough figure.
-    let helpers = HelperCalls::count(&mut b, &frames, opts, rate, tx_ns, 0.0);
+    let helpers = HelperCalls::of(counted_passes(&mut b, &frames, opts, rate, tx_ns, 0.0));
     Ok(HelperCount {
         kernel_release: checks::kernel_release(),
         helpers,
