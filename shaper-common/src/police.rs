@@ -11,7 +11,12 @@
 //!   now), so signals land on flows in proportion to their packet rate, one
 //!   flow at a time, and never on a flow below the least fair share. The
 //!   flow's own CoDel is off; the overload rule (a flow more than an
-//!   interval behind its CSFQ share) stays for unresponsive senders.
+//!   interval behind its CSFQ share) stays for unresponsive senders. A
+//!   flow's first signal after it starts sending (the early signal,
+//!   [`FLOW_EARLY_DONE`]) comes as soon as it is a target behind its
+//!   share, without CoDel's wait of an interval: nothing queues here, so
+//!   only a signal ends a slow start, and a late one comes when the sender
+//!   runs at several times the rate.
 //!   Why: with each flow's own CoDel ([`police`]), equal flows cross
 //!   target together and halve together, and the CSFQ multiplier lags (at
 //!   m = 1 no flow is above its share), so the upstream FIFO fills and
@@ -60,6 +65,10 @@ pub const SINCE_MASK: u32 = 0b11 << SINCE_SHIFT;
 
 /// Packets that must pass between two signals of one flow: one in four.
 pub const MIN_PASSED_BETWEEN_SIGNALS: u32 = 3;
+
+/// [`FlowEntry::flags`] under [`police_link`]: the flow has had its early
+/// signal since it last started sending (see "the early signal" there).
+pub const FLOW_EARLY_DONE: u32 = 1 << 1;
 
 /// What the policer does with one packet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -212,7 +221,25 @@ pub fn police_link(
         ..*p
     };
     let passed = passed_since_signal(flow);
+    // A flow that was silent for an interval starts again from a slow
+    // start (RFC 5681, 4.1, restarts after an idle retransmission timeout)
+    // and is owed a new early signal.
+    if pkt.now_ns.saturating_sub(flow.last_seen_ns) > p.codel.interval_ns {
+        flow.flags &= !FLOW_EARLY_DONE;
+    }
     let verdict = decide(flow, pkt, mult_q16, &flow_params);
+    // The early signal: the first time a flow is a target behind its share,
+    // it is signalled at once rather than after CoDel's interval. Nothing
+    // queues at the hook, so a sender in slow start never sees its round
+    // trip grow and doubles its window every round trip until signalled;
+    // one interval later it would run at several times the rate, and the
+    // signals that follow collapse its window (docs/ingress.md). One
+    // signal while the overshoot is still small ends slow start near the
+    // share, as a growing queue ends it behind a real one.
+    let early = flow.flags & FLOW_EARLY_DONE == 0
+        && eligible
+        && virtual_delay_ns >= p.codel.target_ns
+        && virtual_delay_ns > 2 * fair_tx_ns(pkt.tx_ns, mult_q16);
     let link_codel_before = link.codel;
     let small_backlog = link_delay_ns <= 2 * pkt.tx_ns;
     let link_due = codel_signal(
@@ -223,7 +250,7 @@ pub fn police_link(
         &p.codel,
     );
     let flow_due = matches!(verdict, Verdict::Mark { .. } | Verdict::AqmDrop);
-    let wants = flow_due || (link_due && eligible);
+    let wants = flow_due || early || (link_due && eligible);
     let allowed = passed >= MIN_PASSED_BETWEEN_SIGNALS;
     if link_due && !(eligible && allowed) {
         // Stays due for the next eligible packet.
@@ -238,6 +265,9 @@ pub fn police_link(
     } else {
         Action::Pass
     };
+    if action != Action::Pass {
+        flow.flags |= FLOW_EARLY_DONE;
+    }
     if action == Action::Drop {
         // A dropped packet takes no slot on any clock.
         flow.t_next_ns = t_next_before;
@@ -509,6 +539,53 @@ mod tests {
         assert!(hit >= 2, "only {hit} of 4 equal flows was ever signalled");
     }
 
+    /// A lone flow at 1.5 C (a packet of 1 ms at C every 2/3 ms) from
+    /// `start_ns` for `n` packets through `police_link`; the send times of
+    /// the signalled packets.
+    fn ramp(flow: &mut FlowEntry, link: &mut LinkState, start_ns: u64, n: u64) -> Vec<u64> {
+        let p = params(false);
+        (0..n)
+            .map(|i| start_ns + i * MS * 2 / 3)
+            .filter(|&t| {
+                police_link(flow, link, &pkt(t, MS, false), MULT_ONE, 1, &p).action != Action::Pass
+            })
+            .collect()
+    }
+
+    #[test]
+    fn link_rule_signals_a_ramping_flow_once_at_target_then_at_codel_spacing() {
+        // Each packet puts the flow 1/3 ms further behind its share: the
+        // target (5 ms) after 15 packets, 10 ms. CoDel alone would wait
+        // one interval more.
+        let (mut f, mut link) = (FlowEntry::default(), LinkState::default());
+        let start = 1_000 * MS;
+        let hits = ramp(&mut f, &mut link, start, 600);
+        let first = hits.first().expect("a flow at 1.5 C was never signalled") - start;
+        assert!(
+            (9 * MS..=14 * MS).contains(&first),
+            "first signal after {first} ns"
+        );
+        assert_ne!(f.flags & FLOW_EARLY_DONE, 0);
+        // The next comes from the link's CoDel, an interval after the
+        // link's delay passed target, not from a second early signal.
+        let second = hits.get(1).expect("signalled only once in 400 ms") - start;
+        assert!(second >= 100 * MS, "second signal after {second} ns");
+    }
+
+    #[test]
+    fn link_rule_owes_a_flow_a_new_early_signal_after_a_silence() {
+        let (mut f, mut link) = (FlowEntry::default(), LinkState::default());
+        let start = 1_000 * MS;
+        // 40 ms of ramp: the early signal, then the clocks 5 ms ahead.
+        assert_eq!(ramp(&mut f, &mut link, start, 60).len(), 1);
+        // Silent for two intervals: the clocks drain, the flow starts
+        // again from a slow start.
+        let again = start + 240 * MS;
+        let hits = ramp(&mut f, &mut link, again, 60);
+        assert_eq!(hits.len(), 1, "{hits:?}");
+        assert!(hits[0] - again <= 14 * MS, "{} ns", hits[0] - again);
+    }
+
     #[test]
     fn link_rule_marks_ect_packets() {
         let out = link_run(&[500, 10_000], 2, true);
@@ -519,6 +596,8 @@ mod tests {
     #[test]
     fn the_count_lives_in_free_flag_bits() {
         assert_eq!(SINCE_MASK & FLOW_ECN, 0);
+        assert_eq!(SINCE_MASK & FLOW_EARLY_DONE, 0);
+        assert_eq!(FLOW_EARLY_DONE & FLOW_ECN, 0);
         let mut f = FlowEntry {
             flags: FLOW_ECN,
             ..FlowEntry::default()

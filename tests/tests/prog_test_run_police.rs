@@ -6,6 +6,8 @@
 //! more than one signal in four packets; a clock past the horizon is pulled
 //! back and counted.
 //!
+//! A flow's first signal comes as soon as it is a target behind its share.
+//!
 //! Runs on this machine's kernel (no sch_fq needed) and in the VM; needs
 //! `Need::Bpf` (see [`shaper_tests::skip`]).
 //! Run: `cargo test -p shaper-tests --test prog_test_run_police -- --test-threads=1`
@@ -17,7 +19,7 @@ use shaper_common::{
     counters::Counter,
     fair::{FairState, MULT_ONE},
     flow::FlowSet,
-    police::{LinkState, MIN_PASSED_BETWEEN_SIGNALS, SINCE_SHIFT},
+    police::{FLOW_EARLY_DONE, LinkState, MIN_PASSED_BETWEEN_SIGNALS, SINCE_SHIFT},
 };
 use shaper_tests::{
     bpf_harness::*,
@@ -90,37 +92,64 @@ fn packets_pass_at_once_and_the_timestamp_is_left_alone() {
         ..SkBuff::default()
     };
     let before = h.counts();
-    // 4 packets of 242 bytes back to back at 10 kB/s: 97 ms of virtual
-    // queue, above target, but below the interval that CoDel (and the
-    // overload rule) need before a signal.
-    for i in 0..4 {
+    // 3 packets of 242 bytes back to back at 10 kB/s: 73 ms of virtual
+    // queue, above target, but a new flow's first three packets pass
+    // whatever its clocks say (the one-in-four cap).
+    for i in 0..3 {
         let out = h.run(&p.bytes, Some(&ctx));
         assert_eq!(out.retval, PASS, "packet {i} passes");
         assert_eq!(out.ctx.tstamp, 123_456_789, "packet {i}: tstamp untouched");
         assert_eq!(out.data, p.bytes, "packet {i}: bytes untouched");
     }
     let after = h.counts();
-    assert_eq!(counted(&before, &after, Counter::Packets), 4);
+    assert_eq!(counted(&before, &after, Counter::Packets), 3);
     assert_eq!(counted(&before, &after, Counter::FlowNew), 1);
     assert_eq!(counted(&before, &after, Counter::PoliceDrop), 0);
     assert_eq!(counted(&before, &after, Counter::CeMarked), 0);
     assert_eq!(
         counted(&before, &after, Counter::Paced) + counted(&before, &after, Counter::PassedUnpaced),
-        4,
+        3,
         "every packet counted as passed, behind its clock or not"
     );
     assert_eq!(
         counted(&before, &after, Counter::Paced),
-        3,
+        2,
         "after the first, each packet runs behind the flow's virtual clock"
     );
     let link = h.police_link.get(&0, 0).expect("read link");
     let now = monotonic_ns();
     assert!(
-        link.t_link_ns > now + 60 * MS,
-        "the virtual link holds about 97 ms of the 4 packets (at {} ns ahead)",
+        link.t_link_ns > now + 40 * MS,
+        "the virtual link holds about 73 ms of the 3 packets (at {} ns ahead)",
         link.t_link_ns.saturating_sub(now)
     );
+}
+
+#[test]
+fn a_flow_a_target_behind_its_share_takes_the_early_signal_at_once() {
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let h = police_harness();
+    let p = udp4_ecn(1000, 0);
+    for i in 0..3 {
+        assert_eq!(h.run(&p.bytes, None).retval, PASS, "packet {i} passes");
+    }
+    // 73 ms behind, far less than an interval above target: neither the
+    // link's CoDel nor the overload rule is due, the early signal is.
+    let before = h.counts();
+    assert_eq!(h.run(&p.bytes, None).retval, DROP, "the fourth packet");
+    let after = h.counts();
+    assert_eq!(counted(&before, &after, Counter::PoliceDrop), 1);
+    let set = set0(&h);
+    let f = set
+        .ways
+        .iter()
+        .find(|w| w.tag != 0)
+        .expect("the flow took a way");
+    assert_ne!(f.flags & FLOW_EARLY_DONE, 0, "the early signal is spent");
+    let link = h.police_link.get(&0, 0).expect("read link");
+    assert_eq!(link.codel.dropping, 0, "the link's CoDel gave no signal");
 }
 
 #[test]
