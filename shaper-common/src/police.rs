@@ -203,6 +203,7 @@ pub fn police_link(
     }
     let t_next_before = flow.t_next_ns;
     let virtual_delay_ns = flow.t_next_ns.saturating_sub(pkt.now_ns);
+    let tx_fair = fair_tx_ns(pkt.tx_ns, mult_q16);
     // The eligibility clock, kept across decide (which resets the unused
     // CoDel fields).
     let n = if n_active == 0 { 1 } else { n_active };
@@ -239,7 +240,7 @@ pub fn police_link(
     let early = flow.flags & FLOW_EARLY_DONE == 0
         && eligible
         && virtual_delay_ns >= p.codel.target_ns
-        && virtual_delay_ns > 2 * fair_tx_ns(pkt.tx_ns, mult_q16);
+        && virtual_delay_ns > 2 * tx_fair;
     let link_codel_before = link.codel;
     let small_backlog = link_delay_ns <= 2 * pkt.tx_ns;
     let link_due = codel_signal(
@@ -276,7 +277,7 @@ pub fn police_link(
     } else {
         if matches!(verdict, Verdict::AqmDrop) {
             // decide dropped it, the cap let it pass: it takes its slot.
-            flow.t_next_ns = t_next_before.saturating_add(fair_tx_ns(pkt.tx_ns, mult_q16));
+            flow.t_next_ns = t_next_before.saturating_add(tx_fair);
         }
         let elig_start = if t_elig > pkt.now_ns {
             t_elig
