@@ -10,10 +10,15 @@
 //!   policer);
 //! - one bulk flow beside 20 sparse UDP flows: the bulk flow likewise, and
 //!   the sparse flows lose no datagram;
-//! - 64 flows: the shaper's wire rate (the WAN root qdisc's bytes over the
-//!   measured time) is at most [`WIRE_BOUND`] × the rate, and its goodput at
-//!   most [`MANY_SLACK`] above CAKE's or, when a starved VM holds CAKE
-//!   below it, above [`TCP_MAX_GOODPUT`].
+//! - 64 and 256 flows ([`MANY`]): the shaper's wire rate (the WAN root
+//!   qdisc's bytes while the flows send, `cases::wire_ratio`) is at most
+//!   [`WIRE_BOUND`] × the rate. With 64 flows its goodput is also at most
+//!   [`MANY_SLACK`] above CAKE's or, when a starved VM holds CAKE below it,
+//!   above [`TCP_MAX_GOODPUT`]. With 256 the goodput is printed, not
+//!   judged: the flows come from two iperf3 clients (128 streams each at
+//!   most), each measuring over its own window from its own start, which
+//!   differ by seconds under emulation, so the sum of their goodputs can
+//!   exceed what the link carried (docs/pacer.md, "Counting the wire").
 //!
 //! The lone-flow floors catch a share logic that divides the rate (the
 //! defect this file was written for left every lone flow about a third of
@@ -61,8 +66,11 @@ const TCP_MAX_GOODPUT: f64 = 1448.0 / 1514.0;
 /// The wire rate's bound with many flows, as a multiple of the rate: a
 /// shaper more than 2% over its rate moves the queue back into the modem.
 const WIRE_BOUND: f64 = 1.02;
-/// Flows of the many-flow case.
-const MANY: u32 = 64;
+/// Flows of the many-flow cases.
+const MANY: [u32; 2] = [64, 256];
+/// Above this many flows, the goodput comes from more than one iperf3
+/// client and is not judged.
+const ONE_CLIENT_MOST: u32 = 128;
 
 fn rate() -> Rate {
     "50mbit".parse().expect("a valid rate")
@@ -113,20 +121,27 @@ fn bulk_beside_sparse(tb: &Testbed, case: &Case, r: Rate) -> Verdict {
     })
 }
 
-fn many_flows(tb: &Testbed, case: &Case, r: Rate) -> Verdict {
-    judge(tb, case, |cake, ours| {
+fn many_flows(tb: &Testbed, n: u32, r: Rate) -> Verdict {
+    let case = cases::many_flows(&shaper_bin(), r, n);
+    judge(tb, &case, |cake, ours| {
         let (c, s) = (cake.ratio(r), ours.ratio(r));
         let ceiling = c.max(TCP_MAX_GOODPUT) + MANY_SLACK;
-        let wire = |x: &RunResult| cases::wire_ratio(x, OMIT, r);
+        let judged = n <= ONE_CLIENT_MOST;
+        let wire = |x: &RunResult| cases::wire_ratio(x, r);
         let line = format!(
             "{}: shaper goodput {s:.3}, wire {}; CAKE goodput {c:.3}, wire {} (needs wire ≤ \
-             {WIRE_BOUND}, goodput ≤ {ceiling:.3})",
+             {WIRE_BOUND}{})",
             case.name,
             wire(ours).map_or("unknown".to_owned(), |w| format!("{w:.3}")),
             wire(cake).map_or("unknown".to_owned(), |w| format!("{w:.3}")),
+            if judged {
+                format!(", goodput ≤ {ceiling:.3}")
+            } else {
+                "; goodput over two clients' windows, not judged".to_owned()
+            },
         );
         verdict(
-            wire(ours).is_some_and(|w| w <= WIRE_BOUND) && s <= ceiling,
+            wire(ours).is_some_and(|w| w <= WIRE_BOUND) && (!judged || s <= ceiling),
             line,
         )
     })
@@ -155,6 +170,6 @@ fn lone_flows_get_the_rate_and_many_flows_keep_to_it() {
         &cases::bulk_beside_sparse(&bin, r),
         r,
     ));
-    results.push(many_flows(&tb, &cases::many_flows(&bin, r, MANY), r));
+    results.extend(MANY.iter().map(|&n| many_flows(&tb, n, r)));
     report(&results);
 }

@@ -6,16 +6,17 @@
 //! JSON (under `vm`): `lone_flow.<case>.<shaper|cake>` and
 //! `bulk_beside_sparse.<shaper|cake>` with `goodput_ratio` (the first flow
 //! spec's), and `many_flows.<n>.<shaper|cake>` with `goodput_ratio` (all
-//! flows) and `wire_rate_ratio` (the WAN root qdisc's bytes over the
-//! measured time); `unequal.<case>.<shaper|cake>` with `goodput_ratio`
-//! (all flows) and `jain` (Jain's index over the two clients, median).
+//! flows) and `wire_rate_ratio` (the WAN root qdisc's bytes while the
+//! flows send, [`crate::lab::cases::wire_ratio`]);
+//! `unequal.<case>.<shaper|cake>` with `goodput_ratio` (all flows) and
+//! `jain` (Jain's index over the two clients, median).
 //!
 //! Units: ratios of the configured rate; loss in percent.
 //!
 //! Non-goals: pass or fail (the VM tests assert), the wider matrix of rates,
 //! RTTs and GSO settings.
 
-use std::{collections::BTreeMap, path::Path, time::Duration};
+use std::{collections::BTreeMap, path::Path};
 
 use serde::Serialize;
 use tracing::info;
@@ -101,7 +102,7 @@ pub struct CasesReport {
     pub unequal: BTreeMap<String, CasePair>,
 }
 
-fn state_of(runs: &[RunResult], rate: Rate, omit: Duration, all_flows: bool) -> CaseState {
+fn state_of(runs: &[RunResult], rate: Rate, all_flows: bool) -> CaseState {
     let goodput = Spread::of(
         runs.iter()
             .map(|r| {
@@ -118,7 +119,7 @@ fn state_of(runs: &[RunResult], rate: Rate, omit: Duration, all_flows: bool) -> 
     let wires: Vec<f64> = runs
         .iter()
         .filter(|_| all_flows)
-        .filter_map(|r| cases::wire_ratio(r, omit, rate))
+        .filter_map(|r| cases::wire_ratio(r, rate))
         .collect();
     let losses: Vec<f64> = runs
         .iter()
@@ -156,8 +157,8 @@ fn pair(
         )?);
     }
     let p = CasePair {
-        shaper: state_of(&ours, rate, timing.omit, all_flows),
-        cake: state_of(&cake, rate, timing.omit, all_flows),
+        shaper: state_of(&ours, rate, all_flows),
+        cake: state_of(&cake, rate, all_flows),
     };
     info!(
         case = %case.name,

@@ -210,19 +210,39 @@ pub fn first_ratio(r: &RunResult, rate: Rate) -> f64 {
         .map_or(0.0, |f| f.report.receiver_bps / rate.bits_per_s() as f64)
 }
 
-/// What left the router's WAN port after `omit` (the root qdisc's bytes,
-/// which count each GSO segment's headers under sch_fq and CAKE alike),
-/// as a ratio of `rate`; `None` without two samples after `omit`.
-pub fn wire_ratio(r: &RunResult, omit: Duration, rate: Rate) -> Option<f64> {
-    let omit = omit.as_secs_f64();
-    let mut inside = r
-        .qdisc_series
-        .iter()
-        .filter(|(t, _)| *t >= omit)
-        .map(|(t, q)| (*t, q.bytes));
-    let (t0, b0) = inside.next()?;
-    let (t1, b1) = inside.next_back()?;
-    (t1 > t0).then(|| b1.saturating_sub(b0) as f64 * 8.0 / (t1 - t0) / rate.bits_per_s() as f64)
+/// What left the router's WAN port while the flows sent (the root
+/// qdisc's bytes, which count each GSO segment's headers under sch_fq and
+/// CAKE alike), as a ratio of `rate`; `None` without a whole busy interval
+/// to count. See [`busy_wire_ratio`] for the span.
+pub fn wire_ratio(r: &RunResult, rate: Rate) -> Option<f64> {
+    let series: Vec<(f64, u64)> = r.qdisc_series.iter().map(|(t, q)| (*t, q.bytes)).collect();
+    busy_wire_ratio(&series, rate.bits_per_s() as f64)
+}
+
+/// Below this share of the rate, a sampling interval counts as idle.
+const BUSY_SHARE: f64 = 0.5;
+
+/// The wire rate over the span the flows were sending, from `series`
+/// (seconds, cumulative bytes), as a ratio of `rate_bps`.
+///
+/// The series comes from the lab's clock, and the flows' traffic does not:
+/// iperf3 starts sending after its process starts and its streams connect
+/// (seconds, with hundreds of streams), so the idle intervals on either
+/// side would dilute the figure. The span runs from the end of the first
+/// interval at or above [`BUSY_SHARE`] of the rate to the start of the
+/// last one, leaving out those two, which the traffic may have begun or
+/// ended partway through. Slow start stays in (an overshoot there reaches
+/// the modem too), and so do idle intervals inside the span.
+fn busy_wire_ratio(series: &[(f64, u64)], rate_bps: f64) -> Option<f64> {
+    let busy = |w: &[(f64, u64)]| {
+        let ((t0, b0), (t1, b1)) = (w[0], w[1]);
+        t1 > t0 && b1.saturating_sub(b0) as f64 * 8.0 / (t1 - t0) >= BUSY_SHARE * rate_bps
+    };
+    let first = series.windows(2).position(busy)?;
+    let last = series.windows(2).rposition(busy)?;
+    let (t0, b0) = series[first + 1];
+    let (t1, b1) = series[last];
+    (t1 > t0).then(|| b1.saturating_sub(b0) as f64 * 8.0 / (t1 - t0) / rate_bps)
 }
 
 #[cfg(test)]
@@ -257,5 +277,49 @@ mod tests {
         let unequal: Vec<String> = unequal(bin, rate).into_iter().map(|c| c.name).collect();
         assert_eq!(unequal, ["cubic_beside_bbr", "unequal_rtt"]);
         assert_eq!(unequal_rtt_testbed().client2_delay, LONG_RTT);
+    }
+
+    /// A series sampled every second from cumulative per-second bytes.
+    fn series(per_s: &[u64]) -> Vec<(f64, u64)> {
+        let mut total = 0;
+        let mut out = vec![(0.0, 0)];
+        for (i, b) in per_s.iter().enumerate() {
+            total += b;
+            out.push(((i + 1) as f64, total));
+        }
+        out
+    }
+
+    const RATE_BPS: f64 = 8_000.0;
+
+    #[test]
+    fn the_wire_figure_leaves_out_the_idle_time_before_and_after_the_flows() {
+        // Three idle seconds while the streams connect, a partial first
+        // second, five seconds 10% above the rate, a partial last second,
+        // then idle.
+        let s = series(&[0, 2, 1, 600, 1100, 1100, 1100, 1100, 1100, 900, 0, 0]);
+        let w = busy_wire_ratio(&s, RATE_BPS).expect("a busy span");
+        assert!((w - 1.1).abs() < 1e-9, "wire {w}");
+        // The whole series would have hidden the overshoot.
+        let whole = (s[11].1 - s[1].1) as f64 * 8.0 / 10.0 / RATE_BPS;
+        assert!(whole < 0.8, "{whole}");
+    }
+
+    #[test]
+    fn the_wire_figure_keeps_an_idle_gap_inside_the_busy_span() {
+        let s = series(&[1000, 1000, 1000, 0, 1000, 1000, 1000]);
+        let w = busy_wire_ratio(&s, RATE_BPS).expect("a busy span");
+        assert!((w - 0.8).abs() < 1e-9, "wire {w}");
+    }
+
+    #[test]
+    fn the_wire_figure_needs_a_whole_busy_interval() {
+        assert_eq!(busy_wire_ratio(&series(&[0, 0, 0]), RATE_BPS), None);
+        assert_eq!(busy_wire_ratio(&series(&[0, 1000, 0]), RATE_BPS), None);
+        assert_eq!(
+            busy_wire_ratio(&series(&[0, 1000, 1000, 0]), RATE_BPS),
+            None
+        );
+        assert!(busy_wire_ratio(&series(&[0, 1000, 1000, 1000, 0]), RATE_BPS).is_some());
     }
 }

@@ -29,7 +29,7 @@ use super::{
     stats::{self, Percentiles},
     timed::{self, TimedPlan, TimedResult},
     topology::{Host, Testbed},
-    traffic::{FlowSpec, IperfClient, IperfReport, IperfServer, Timing},
+    traffic::{CLIENT_GRACE, FlowSpec, IperfClient, IperfReport, IperfServer, Timing},
 };
 use crate::rate::Rate;
 
@@ -248,7 +248,7 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
     let cpu_before = CpuTimes::now()?;
     let started = Instant::now();
     let t_servers = started;
-    let clients = scenario
+    let mut clients = scenario
         .flows
         .iter()
         .zip(&servers)
@@ -270,10 +270,15 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
     let mut pending_change = scenario.rate_change;
     let sample_every = scenario.counter_every;
     let mut next_sample = sample_every;
+    // Samples run until the last client exits, not only for the planned
+    // time: with many streams or a slow state set-up, iperf3's traffic
+    // starts seconds after its process, and ends as late.
     let end = scenario.timing.total();
+    let last_sample = end + CLIENT_GRACE;
     loop {
         let due_change = pending_change.map(|c| c.after);
-        let due_sample = next_sample.filter(|&t| t < end);
+        let sending = clients.iter_mut().any(IperfClient::running);
+        let due_sample = next_sample.filter(|&t| t < end || (sending && t < last_sample));
         let Some(due) = due_change.into_iter().chain(due_sample).min() else {
             break;
         };
@@ -285,13 +290,19 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
             pending_change = None;
         }
         if let (Some(t), Some(every)) = (next_sample.filter(|&t| t <= due), sample_every) {
-            if scenario.state.runs_shaper()
-                && let Ok(c) = applied.counters()
-            {
-                counter_series.push((started.elapsed().as_secs_f64(), c));
+            // Each reading is dated at the middle of its read: a read
+            // spawns a process, which takes tens of milliseconds and varies
+            // under load, and its end would date the next reading too late.
+            let read_at = |before: Duration| (before + started.elapsed()).as_secs_f64() / 2.0;
+            if scenario.state.runs_shaper() {
+                let before = started.elapsed();
+                if let Ok(c) = applied.counters() {
+                    counter_series.push((read_at(before), c));
+                }
             }
+            let before = started.elapsed();
             if let Ok(q) = applied.qdisc_stats() {
-                qdisc_series.push((started.elapsed().as_secs_f64(), q));
+                qdisc_series.push((read_at(before), q));
             }
             next_sample = Some(t + every);
         }

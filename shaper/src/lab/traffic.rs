@@ -215,6 +215,10 @@ fn tcp_listens(table: &str, port: u16) -> bool {
     })
 }
 
+/// How long past its planned time a client may run before it counts as
+/// hung.
+pub(crate) const CLIENT_GRACE: Duration = Duration::from_secs(30);
+
 /// A running iperf3 client.
 pub struct IperfClient {
     daemon: Daemon,
@@ -263,8 +267,13 @@ impl IperfClient {
         let daemon = Daemon::spawn(&mut cmd, "iperf3-client")?;
         Ok(Self {
             daemon,
-            limit: timing.total() + Duration::from_secs(30),
+            limit: timing.total() + CLIENT_GRACE,
         })
+    }
+
+    /// Whether the client is still sending (or setting up, or reporting).
+    pub fn running(&mut self) -> bool {
+        self.daemon.exited().is_none()
     }
 
     /// Waits for the end of the run and parses the report.
