@@ -21,11 +21,13 @@
 //!   prints (`skipped: <test>: <reason>`, `retried: <test>: <reason>`).
 //! - Under `strict`, a skipped test counts as failed (the VM stages).
 //! - A planned test the binary never reported (it crashed) is a failure.
+//! - While a test runs, [`RUNNING_FILE`] in the log folder names it.
 //!
 //! Non-goals: running tests in parallel, timeouts per test (the VM has its
 //! own overall limit).
 
 use std::fs::File;
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -33,7 +35,7 @@ use anyhow::{Context, Result, ensure};
 use serde::{Deserialize, Serialize};
 
 /// What one stage runs.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Plan {
     /// Tests, in order.
     pub tests: Vec<PlannedTest>,
@@ -46,6 +48,10 @@ pub struct Plan {
     /// Environment every test gets, beside the inherited one.
     pub env: Vec<(String, String)>,
 }
+
+/// The file in a plan's log folder that names the test running now
+/// (`binary::test`), so that a guest which dies mid-test leaves its name.
+pub const RUNNING_FILE: &str = "running";
 
 /// One test of one binary.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -197,7 +203,7 @@ fn run_binary(plan: &Plan, group: &[PlannedTest]) -> Result<Vec<TestRecord>> {
     let binary = binary_name(&first.binary);
     let log = plan.log_dir.join(format!("{binary}.log"));
     let err = File::create(&log).with_context(|| format!("cannot create {}", log.display()))?;
-    let out = Command::new(&first.binary)
+    let mut child = Command::new(&first.binary)
         .args([
             "--test-threads=1",
             "-Z",
@@ -211,24 +217,38 @@ fn run_binary(plan: &Plan, group: &[PlannedTest]) -> Result<Vec<TestRecord>> {
         .envs(plan.env.iter().map(|(k, v)| (k, v)))
         .env("RUSTC_BOOTSTRAP", "1")
         .stdin(Stdio::null())
+        .stdout(Stdio::piped())
         .stderr(err)
-        .output()
+        .spawn()
         .with_context(|| format!("cannot start {}", first.binary.display()))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let running = plan.log_dir.join(RUNNING_FILE);
     let mut events = std::collections::HashMap::new();
     let mut other = String::new();
-    for line in stdout.lines() {
-        match serde_json::from_str::<Event>(line) {
-            Ok(e) if e.kind == "test" && e.event != "started" => {
-                events.insert(e.name.clone(), e);
-            }
-            Ok(_) => {}
-            Err(_) => {
-                other.push_str(line);
-                other.push('\n');
+    if let Some(stdout) = child.stdout.take() {
+        // Split on bytes: a test may print output that is not UTF-8.
+        for line in BufReader::new(stdout).split(b'\n') {
+            let line = line.with_context(|| format!("cannot read {binary}'s output"))?;
+            let line = String::from_utf8_lossy(&line);
+            match serde_json::from_str::<Event>(&line) {
+                Ok(e) if e.kind == "test" && e.event == "started" => {
+                    std::fs::write(&running, format!("{binary}::{}\n", e.name))
+                        .with_context(|| format!("cannot write {}", running.display()))?;
+                }
+                Ok(e) if e.kind == "test" => {
+                    events.insert(e.name.clone(), e);
+                }
+                Ok(_) => {}
+                Err(_) => {
+                    other.push_str(&line);
+                    other.push('\n');
+                }
             }
         }
     }
+    let status = child
+        .wait()
+        .with_context(|| format!("cannot wait for {}", first.binary.display()))?;
+    let _ = std::fs::remove_file(&running);
     if !other.is_empty() {
         let mut f = std::fs::OpenOptions::new()
             .append(true)
@@ -274,7 +294,7 @@ fn run_binary(plan: &Plan, group: &[PlannedTest]) -> Result<Vec<TestRecord>> {
                     "---- {binary}::{}: the binary ended ({}) without reporting it; its output \
                      is in {}",
                     t.test,
-                    out.status,
+                    status,
                     log.display()
                 );
                 TestRecord {

@@ -13,7 +13,8 @@
 //!    fails instead, and `SHAPER_KERNEL_CONFIG` naming the guest's config.
 //!    The default kernels are 6.12 (every test), 7 (the kernel interface)
 //!    and 6.1 (compatibility); `--quick` runs the compatibility tier, but
-//!    its kill sweep, on 6.12 alone.
+//!    its kill sweep, on 6.12 alone. A guest whose kernel dies part-way
+//!    gets one more boot for what it did not report ([`vm_stage`]).
 //!
 //! The run ends with [`report::finish`]: stage times, skips by reason,
 //! retried rounds, the slowest tests, the time budget, and
@@ -23,6 +24,7 @@
 mod exec;
 mod report;
 mod tiers;
+mod vm_stage;
 
 pub use exec::exec_tests;
 
@@ -292,30 +294,7 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
                         ("SHAPER_REQUIRE_FULL_KERNEL".into(), "1".into()),
                     ],
                 };
-                let plan_path = dir.join("plan.json");
-                let out_path = dir.join("results.json");
-                std::fs::write(&plan_path, serde_json::to_string(&plan)?)
-                    .with_context(|| format!("cannot write {}", plan_path.display()))?;
-                let xtask = std::env::current_exe().context("cannot find xtask's executable")?;
-                let cmd: Vec<String> = vec![
-                    xtask.display().to_string(),
-                    "exec-tests".into(),
-                    "--plan".into(),
-                    plan_path.display().to_string(),
-                    "--out".into(),
-                    out_path.display().to_string(),
-                ];
-                let code = vm::run(root, kernel, &cmd);
-                let records = exec::read_records(&out_path).unwrap_or_default();
-                let code = code?;
-                if records.len() < plan.tests.len() {
-                    eprintln!(
-                        "xtask test: the guest reported {} of {} tests (exit code {code})",
-                        records.len(),
-                        plan.tests.len()
-                    );
-                }
-                Ok((code == 0 && all_passed(&plan, &records), records))
+                vm_stage::run(root, kernel, &dir, &plan)
             });
         }
     }

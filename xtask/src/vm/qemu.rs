@@ -268,6 +268,13 @@ impl std::fmt::Display for GuestCrash {
 
 impl std::error::Error for GuestCrash {}
 
+impl GuestCrash {
+    /// The console's first line that marks a kernel crash, if it printed one.
+    pub fn first_crash_line(&self) -> Option<&str> {
+        self.first_crash_line.as_deref()
+    }
+}
+
 pub(crate) fn job_exit_code(
     outcome: &Outcome,
     exit_file: &Path,
