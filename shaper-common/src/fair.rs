@@ -477,19 +477,22 @@ pub fn count_backlogged(flow: &mut FlowEntry, epoch: u64) -> bool {
     true
 }
 
-/// The reference count of backlogged flows after `finished` epochs, the
-/// last of which counted `n_last`: the larger of `n_last` and the old
-/// reference less 1/16 per epoch (Q8). Multiplications and shifts only.
+/// The reference count of backlogged flows (Q8) after one more finished
+/// epoch, before that epoch's count is taken in: less 1/16.
 #[inline(always)]
-pub fn backlogged_reference(ref_q8: u64, n_last: u64, finished: u64) -> u64 {
-    let mut r = ref_q8;
-    let mut i = 0;
-    while i < finished && i < EPOCH_RING as u64 {
-        r -= r >> 4;
-        i += 1;
-    }
-    let last = if finished == 1 { n_last << 8 } else { 0 };
-    if last > r { last } else { r }
+pub fn decay_reference(ref_q8: u64) -> u64 {
+    ref_q8 - (ref_q8 >> 4)
+}
+
+/// The reference count of backlogged flows once the finished epochs have
+/// decayed it to `decayed_q8` ([`decay_reference`] once per epoch, at most
+/// [`EPOCH_RING`] times): the larger of that and `n_last`, the last epoch's
+/// count, when only one epoch finished (after a longer gap the last count
+/// is from an epoch without packets). Multiplications and shifts only.
+#[inline(always)]
+pub fn backlogged_reference(decayed_q8: u64, n_last: u64, one_epoch: bool) -> u64 {
+    let last = if one_epoch { n_last << 8 } else { 0 };
+    if last > decayed_q8 { last } else { decayed_q8 }
 }
 
 /// The immediate reaction to a flow becoming backlogged: when `n_now`

@@ -13,7 +13,8 @@
 //! then the backlogged reference ([`crate::fair`] has each step).
 //!
 //! Invariants: every loop has a constant length and at most one branch in
-//! its body, so the BPF verifier walks it once per state; every ring index
+//! its body, and what it carries from pass to pass goes through
+//! [`Shared::opaque`], so the BPF verifier walks it once per state; every ring index
 //! is reduced below its ring's length by the implementation. Shared words
 //! are only loaded, stored, added to (wrapping) and compared-and-swapped;
 //! what a race between CPUs costs is said in [`crate::fair`] and
@@ -25,8 +26,8 @@ use crate::{
     committed::{self, CLOCK_SLOT_SHIFT, CLOCK_SLOTS, SLOTS_PER_EPOCH},
     fair::{
         EPOCH_RING, EPOCH_SHIFT, FairParams, FairState, Packet, Verdict, average_scheduled,
-        backlogged_reference, bound_mult, count_active, count_backlogged, decide, join_mult,
-        mult_cap, roll_active, slots_to_clear, update_mult, window_ends,
+        backlogged_reference, bound_mult, count_active, count_backlogged, decay_reference, decide,
+        join_mult, mult_cap, roll_active, slots_to_clear, update_mult, window_ends,
     },
     flow::FlowEntry,
     police::{LinkState, Policed, n_active, police_link},
@@ -75,6 +76,15 @@ pub trait Shared {
     fn fetch_add(&mut self, f: Field, v: u64) -> u64;
     /// Sets the word to `new` if it still holds `old`; true if it did.
     fn compare_exchange(&mut self, f: Field, old: u64, new: u64) -> bool;
+    /// `v` itself, with its value hidden from the BPF verifier where the
+    /// implementation can: the roll passes the values its loop carries
+    /// through it, so the verifier's states after each pass merge instead
+    /// of multiplying (each pass can clamp or not, and a clamped value is a
+    /// constant the verifier tracks). The identity by default.
+    #[inline(always)]
+    fn opaque(&self, v: u64) -> u64 {
+        v
+    }
 }
 
 /// The word `f` of the `FairState` `s`, borrowed as `$r` (`&` or
@@ -153,16 +163,21 @@ pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u6
     };
     // One update per finished epoch, each from its own slot, which is then
     // cleared for reuse.
+    // The backlogged reference decays once per finished epoch in the same
+    // loop.
     let ring = EPOCH_RING as u64;
     let finished = slots_to_clear(old, epoch);
+    let one_epoch = finished == 1;
     let mut m = s.load(Field::MultFeedback);
     let mut avg = s.load(Field::ScheduledAvg);
+    let mut reference = s.load(Field::BackloggedRef);
     for j in 0..ring {
         if j < finished {
             // Cannot truncate: the remainder is below EPOCH_RING.
             let slot = Field::Scheduled(((old + j) % ring) as usize);
-            avg = average_scheduled(avg, s.load(slot));
-            m = update_mult(m, avg);
+            avg = s.opaque(average_scheduled(avg, s.load(slot)));
+            m = s.opaque(update_mult(m, avg));
+            reference = s.opaque(decay_reference(reference));
             s.store(slot, 0);
         }
     }
@@ -185,11 +200,7 @@ pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u6
     let m = bound_mult(m, cap, committed);
     s.store(Field::ScheduledAvg, avg);
     s.store(Field::Mult, m);
-    let r = backlogged_reference(
-        s.load(Field::BackloggedRef),
-        s.load(Field::BackloggedNow),
-        finished,
-    );
+    let r = backlogged_reference(reference, s.load(Field::BackloggedNow), one_epoch);
     s.store(Field::BackloggedRef, r);
     s.store(Field::BackloggedNow, 0);
     s.add(Field::Updates, 1);

@@ -42,6 +42,7 @@ use crate::{
     maps::{AGGREGATE, CONFIG, FAIR, count},
     parse::Class,
     telemetry::{Outcome, report, stash},
+    veil::Veil,
 };
 
 #[classifier]
@@ -121,7 +122,7 @@ fn fair(
     let epoch = now_ns >> EPOCH_SHIFT;
     // SAFETY: the pointer comes from the map lookup and stays valid for this
     // run; the fields are only accessed atomically.
-    let mut shared = unsafe { AtomicFair::new(state) };
+    let mut shared = unsafe { AtomicFair::new(state, Veil::new(config)) };
     let mult_q16 = roll_epoch::<_, true>(&mut shared, epoch);
 
     let Some((flow, flow_started)) = flow_entry(config, class.flow_hash, now_ns) else {

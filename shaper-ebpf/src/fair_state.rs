@@ -13,17 +13,18 @@ use shaper_common::{
     shared::{Field, Shared},
 };
 
-use crate::atomic;
+use crate::{atomic, veil::Veil};
 
-/// The map value of this program run, shared with the other CPUs.
-pub(crate) struct AtomicFair(*mut FairState);
+/// The map value of this program run, shared with the other CPUs, and the
+/// veil [`Shared::opaque`] applies.
+pub(crate) struct AtomicFair(*mut FairState, Veil);
 
 impl AtomicFair {
     /// # Safety
     /// `state` must come from the map lookup of this program run.
     #[inline(always)]
-    pub(crate) unsafe fn new(state: *mut FairState) -> Self {
-        Self(state)
+    pub(crate) unsafe fn new(state: *mut FairState, veil: Veil) -> Self {
+        Self(state, veil)
     }
 
     /// The word `f`'s address.
@@ -80,5 +81,9 @@ impl Shared for AtomicFair {
     fn compare_exchange(&mut self, f: Field, old: u64, new: u64) -> bool {
         // SAFETY: as for `load`.
         unsafe { atomic::compare_exchange(self.word(f), old, new) }
+    }
+    #[inline(always)]
+    fn opaque(&self, v: u64) -> u64 {
+        self.1.u64(v)
     }
 }

@@ -17,6 +17,7 @@ use shaper_common::{
 use crate::{
     maps::{FLOWS, count},
     parse::{Class, Ecn, TRUNCATED, classify},
+    veil::Veil,
 };
 use aya_ebpf::programs::TcContext;
 
@@ -67,51 +68,6 @@ pub fn count_and_classify(ctx: &TcContext, config: &PacerConfig) -> Class {
         ethertype: v.u16(class.ethertype),
         ports_off: v.u32(class.ports_off),
         ..class
-    }
-}
-
-/// A zero the verifier cannot see: the XOR of one map field read twice,
-/// which never changes while attached. XORing a value with it is the
-/// identity at run time, but leaves the verifier an unknown scalar, so
-/// states that differ only in that value merge.
-struct Veil(u64);
-
-impl Veil {
-    #[inline(always)]
-    fn new(config: &PacerConfig) -> Self {
-        // SAFETY: reads of a field of the map value the caller looked up.
-        let (a, b) = unsafe {
-            (
-                core::ptr::read_volatile(&raw const config.hash_seed),
-                core::ptr::read_volatile(&raw const config.hash_seed),
-            )
-        };
-        Veil(a ^ b)
-    }
-
-    #[inline(always)]
-    fn u64(&self, x: u64) -> u64 {
-        x ^ self.0
-    }
-
-    #[inline(always)]
-    fn u32(&self, x: u32) -> u32 {
-        self.u64(u64::from(x)) as u32
-    }
-
-    #[inline(always)]
-    fn u16(&self, x: u16) -> u16 {
-        self.u64(u64::from(x)) as u16
-    }
-
-    #[inline(always)]
-    fn u8(&self, x: u8) -> u8 {
-        self.u64(u64::from(x)) as u8
-    }
-
-    #[inline(always)]
-    fn bool(&self, x: bool) -> bool {
-        self.u64(u64::from(x)) & 1 != 0
     }
 }
 

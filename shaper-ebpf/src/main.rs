@@ -35,6 +35,8 @@ mod redirect;
 mod telemetry;
 #[cfg(target_arch = "bpf")]
 mod trace;
+#[cfg(target_arch = "bpf")]
+mod veil;
 
 #[cfg(target_arch = "bpf")]
 #[panic_handler]

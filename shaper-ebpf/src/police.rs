@@ -29,6 +29,7 @@ use crate::{
     fair_state::AtomicFair,
     hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry},
     maps::{CONFIG, FAIR, POLICE_LINK, count},
+    veil::Veil,
 };
 
 #[classifier]
@@ -64,7 +65,7 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
     };
     let epoch = now_ns >> EPOCH_SHIFT;
     // SAFETY: the pointer comes from the map lookup of this run.
-    let mut shared = unsafe { AtomicFair::new(state) };
+    let mut shared = unsafe { AtomicFair::new(state, Veil::new(config)) };
     let mult_q16 = roll_epoch::<_, false>(&mut shared, epoch);
     let Some((flow, _started)) = flow_entry(config, class.flow_hash, now_ns) else {
         count(Counter::PassedUnpaced, 1);

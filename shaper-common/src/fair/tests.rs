@@ -285,12 +285,16 @@ fn the_multiplier_never_exceeds_the_active_flows_plus_one() {
 #[test]
 fn a_joining_flow_shrinks_the_share_at_once() {
     // The reference forgets slowly: 4 flows, then epochs with fewer.
-    let mut r = backlogged_reference(0, 4, 1);
+    let mut r = backlogged_reference(decay_reference(0), 4, true);
     assert_eq!(r, 4 << 8);
-    r = backlogged_reference(r, 3, 1);
+    r = backlogged_reference(decay_reference(r), 3, true);
     assert_eq!(r, (4 << 8) - (4 << 4));
-    // After a long gap: at most 16 decay steps, then no last count.
-    assert_eq!(backlogged_reference(r, 0, 100), 347);
+    // After a long gap (the roll decays at most 16 times): no last count.
+    let mut long = r;
+    for _ in 0..EPOCH_RING {
+        long = decay_reference(long);
+    }
+    assert_eq!(backlogged_reference(long, 5, false), 347);
     // Four flows last epoch at m = 4; the fifth this epoch: 4 * 5/4.
     let m = join_mult(4 * MULT_ONE, 5, 4, NO_CAP);
     assert!((m as f64 / MULT_ONE as f64 - 5.0).abs() < 0.001, "{m}");

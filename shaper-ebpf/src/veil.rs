@@ -1,0 +1,58 @@
+//! Values hidden from the verifier. The verifier walks a program once per
+//! distinct state it can reach, and two states that differ in a value it
+//! knows (a bound learnt at a branch, a constant) do not merge. Where a
+//! value's bounds do not matter for safety but multiply the states that
+//! follow (each header shape out of the parse, each way of a flow set,
+//! each pass of the epoch roll's loop), XORing it with a zero the verifier
+//! cannot see leaves it an unknown scalar, and the states merge.
+//!
+//! Invariant: the zero is the XOR of one map field read twice, a field
+//! that never changes while the programs are attached, so a veiled value
+//! is the value itself at run time.
+
+use shaper_common::config::PacerConfig;
+
+/// A zero the verifier cannot see (see the module header).
+#[derive(Clone, Copy)]
+pub(crate) struct Veil(u64);
+
+impl Veil {
+    /// The zero, from `config`'s hash seed.
+    #[inline(always)]
+    pub(crate) fn new(config: &PacerConfig) -> Self {
+        // SAFETY: reads of a field of the map value the caller looked up.
+        let (a, b) = unsafe {
+            (
+                core::ptr::read_volatile(&raw const config.hash_seed),
+                core::ptr::read_volatile(&raw const config.hash_seed),
+            )
+        };
+        Veil(a ^ b)
+    }
+
+    /// `x`, veiled; likewise for the narrower types below.
+    #[inline(always)]
+    pub(crate) fn u64(&self, x: u64) -> u64 {
+        x ^ self.0
+    }
+
+    #[inline(always)]
+    pub(crate) fn u32(&self, x: u32) -> u32 {
+        self.u64(u64::from(x)) as u32
+    }
+
+    #[inline(always)]
+    pub(crate) fn u16(&self, x: u16) -> u16 {
+        self.u64(u64::from(x)) as u16
+    }
+
+    #[inline(always)]
+    pub(crate) fn u8(&self, x: u8) -> u8 {
+        self.u64(u64::from(x)) as u8
+    }
+
+    #[inline(always)]
+    pub(crate) fn bool(&self, x: bool) -> bool {
+        self.u64(u64::from(x)) & 1 != 0
+    }
+}
