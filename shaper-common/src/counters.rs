@@ -41,7 +41,8 @@ pub enum Counter {
     WireBytes,
     /// CE-marked by the AQM (ECN-capable packets, kept).
     CeMarked,
-    /// Dropped by the AQM (packets that are not ECN-capable).
+    /// Dropped by the AQM (packets that are not ECN-capable), for either
+    /// reason: `CodelDrop` plus `OverloadDrop`.
     AqmDrop,
     /// A new flow found every way of its set backlogged and shares one.
     FlowTableFull,
@@ -65,11 +66,16 @@ pub enum Counter {
     /// packet was dropped instead, as CoDel drops what it cannot mark, and
     /// its header was left whole.
     CeMarkFailed,
+    /// Dropped by CoDel's spaced signal (part of `AqmDrop`).
+    CodelDrop,
+    /// Dropped by the overload rule: the flow was more than an interval
+    /// behind (part of `AqmDrop`).
+    OverloadDrop,
 }
 
 impl Counter {
     /// Number of counters; the array's size.
-    pub const COUNT: u32 = Counter::CeMarkFailed as u32 + 1;
+    pub const COUNT: u32 = Counter::OverloadDrop as u32 + 1;
 
     /// All counters in index order.
     pub const ALL: [Counter; Counter::COUNT as usize] = [
@@ -98,6 +104,8 @@ impl Counter {
         Counter::PoliceClamped,
         Counter::PoliceWithheld,
         Counter::CeMarkFailed,
+        Counter::CodelDrop,
+        Counter::OverloadDrop,
     ];
 
     /// Stable snake_case name, used by `shaper status` and exporters.
@@ -128,6 +136,8 @@ impl Counter {
             Counter::PoliceClamped => "police_clamped",
             Counter::PoliceWithheld => "police_withheld",
             Counter::CeMarkFailed => "ce_mark_failed",
+            Counter::CodelDrop => "codel_drop",
+            Counter::OverloadDrop => "overload_drop",
         }
     }
 }

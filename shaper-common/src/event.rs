@@ -65,7 +65,8 @@ pub const VERDICT_PASS: u8 = 0;
 pub const VERDICT_PACED: u8 = 1;
 /// [`Event::verdict`]: paced and CE-marked by the AQM.
 pub const VERDICT_CE: u8 = 2;
-/// [`Event::verdict`]: dropped by the AQM.
+/// [`Event::verdict`]: dropped by the AQM (CoDel or the overload rule;
+/// the counters tell them apart).
 pub const VERDICT_AQM_DROP: u8 = 3;
 /// [`Event::verdict`]: dropped, beyond the horizon.
 pub const VERDICT_HORIZON_DROP: u8 = 4;

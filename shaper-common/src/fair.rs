@@ -214,8 +214,12 @@ pub enum Verdict {
         /// The departure time to write into `skb->tstamp`.
         tstamp_ns: u64,
     },
-    /// Drop: CoDel's signal for a packet that is not ECN-capable.
-    AqmDrop,
+    /// Drop: CoDel's spaced signal, for a packet that is not ECN-capable.
+    CodelDrop,
+    /// Drop: the overload rule's signal (the flow is more than an interval
+    /// behind), for a packet that is not ECN-capable. Where both rules
+    /// signal, the overload is the reason.
+    OverloadDrop,
     /// Drop: the departure would lie beyond the horizon.
     HorizonDrop,
 }
@@ -228,8 +232,14 @@ impl Verdict {
         match self {
             Verdict::Pass => Some(depart_now_ns),
             Verdict::Pace { tstamp_ns } | Verdict::Mark { tstamp_ns } => Some(tstamp_ns),
-            Verdict::AqmDrop | Verdict::HorizonDrop => None,
+            Verdict::CodelDrop | Verdict::OverloadDrop | Verdict::HorizonDrop => None,
         }
+    }
+
+    /// A drop by the AQM, for either reason.
+    #[inline(always)]
+    pub fn is_aqm_drop(self) -> bool {
+        matches!(self, Verdict::CodelDrop | Verdict::OverloadDrop)
     }
 }
 
@@ -305,7 +315,11 @@ pub fn decide(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
     if overload || codel {
         if !(p.ecn && pkt.ect) {
             // A dropped packet uses no departure slot.
-            return Verdict::AqmDrop;
+            return if overload {
+                Verdict::OverloadDrop
+            } else {
+                Verdict::CodelDrop
+            };
         }
         flow.t_next_ns = depart + tx_fair;
         return Verdict::Mark { tstamp_ns: depart };

@@ -120,7 +120,7 @@ pub fn police(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
     let verdict = decide(flow, pkt, mult_q16, p);
     let signal = match verdict {
         Verdict::Mark { .. } => Some(Action::Mark),
-        Verdict::AqmDrop => Some(Action::Drop),
+        Verdict::CodelDrop | Verdict::OverloadDrop => Some(Action::Drop),
         // Not reached after the clamp; were it, the packet still passes.
         Verdict::Pass | Verdict::Pace { .. } | Verdict::HorizonDrop => None,
     };
@@ -250,7 +250,7 @@ pub fn police_link(
         small_backlog,
         &p.codel,
     );
-    let flow_due = matches!(verdict, Verdict::Mark { .. } | Verdict::AqmDrop);
+    let flow_due = matches!(verdict, Verdict::Mark { .. }) || verdict.is_aqm_drop();
     let wants = flow_due || early || (link_due && eligible);
     let allowed = passed >= MIN_PASSED_BETWEEN_SIGNALS;
     if link_due && !(eligible && allowed) {
@@ -275,7 +275,7 @@ pub fn police_link(
         flow.codel.first_above_ns = t_elig;
         set_passed(flow, 0);
     } else {
-        if matches!(verdict, Verdict::AqmDrop) {
+        if verdict.is_aqm_drop() {
             // decide dropped it, the cap let it pass: it takes its slot.
             flow.t_next_ns = t_next_before.saturating_add(tx_fair);
         }

@@ -177,8 +177,14 @@ fn fair(
                 (VERDICT_AQM_DROP, clock_delay_ns, TC_ACT_SHOT)
             }
         }
-        Verdict::AqmDrop => {
+        Verdict::CodelDrop => {
             count(Counter::AqmDrop, 1);
+            count(Counter::CodelDrop, 1);
+            (VERDICT_AQM_DROP, clock_delay_ns, TC_ACT_SHOT)
+        }
+        Verdict::OverloadDrop => {
+            count(Counter::AqmDrop, 1);
+            count(Counter::OverloadDrop, 1);
             (VERDICT_AQM_DROP, clock_delay_ns, TC_ACT_SHOT)
         }
         Verdict::HorizonDrop => {

@@ -166,12 +166,36 @@ fn non_ect_packet_in_a_standing_queue_is_dropped_without_using_a_slot() {
     let before = h.counts();
     let out = h.run(&p.bytes, None);
     assert_eq!(out.retval, SHOT);
-    assert_eq!(counted(&before, &h.counts(), Counter::AqmDrop), 1);
+    let after = h.counts();
+    assert_eq!(counted(&before, &after, Counter::AqmDrop), 1);
+    // 60 ms behind is under an interval: CoDel's signal, not the overload.
+    assert_eq!(counted(&before, &after, Counter::CodelDrop), 1);
+    assert_eq!(counted(&before, &after, Counter::OverloadDrop), 0);
     assert_eq!(
         set0(&h).ways[0].t_next_ns,
         clock,
         "a drop does not advance the clock"
     );
+}
+
+#[test]
+fn a_flow_more_than_an_interval_behind_is_dropped_for_the_overload() {
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load();
+    one_set(&mut h);
+    let p = udp4_ecn(1000, 0);
+    // Past the default interval (100 ms), short of the horizon (500 ms).
+    standing_queue(&mut h, &p, 200_000_000);
+    let before = h.counts();
+    for _ in 0..3 {
+        assert_eq!(h.run(&p.bytes, None).retval, SHOT);
+    }
+    let after = h.counts();
+    assert_eq!(counted(&before, &after, Counter::OverloadDrop), 3);
+    assert_eq!(counted(&before, &after, Counter::CodelDrop), 0);
+    assert_eq!(counted(&before, &after, Counter::AqmDrop), 3);
 }
 
 #[test]
@@ -578,7 +602,7 @@ fn the_classifier_and_the_shared_steps_agree_packet_by_packet() {
             Verdict::Pass => (VERDICT_PASS, 0, PASS),
             Verdict::Pace { tstamp_ns } => (VERDICT_PACED, tstamp_ns, PASS),
             Verdict::Mark { tstamp_ns } => (VERDICT_CE, tstamp_ns, PASS),
-            Verdict::AqmDrop => (VERDICT_AQM_DROP, 0, SHOT),
+            Verdict::CodelDrop | Verdict::OverloadDrop => (VERDICT_AQM_DROP, 0, SHOT),
             Verdict::HorizonDrop => (VERDICT_HORIZON_DROP, 0, SHOT),
         };
         if retval == PASS {

@@ -90,7 +90,7 @@ fn standing_delay_is_marked_when_ect_and_dropped_otherwise() {
                 ..pkt(now, 1_000_000)
             };
             match decide(&mut f, &p, MULT_ONE, &P) {
-                Verdict::Mark { .. } | Verdict::AqmDrop => {
+                Verdict::Mark { .. } | Verdict::CodelDrop => {
                     signalled = Some((now, decide_kind(ect)));
                     break;
                 }
@@ -134,7 +134,7 @@ fn a_mark_keeps_the_packet_and_a_drop_does_not_advance_the_clock() {
     f.t_next_ns = 30_000_000;
     f.codel.first_above_ns = 1;
     let v = decide(&mut f, &pkt(10_000_000, 1_000), MULT_ONE, &P);
-    assert_eq!(v, Verdict::AqmDrop);
+    assert_eq!(v, Verdict::CodelDrop);
     assert_eq!(f.t_next_ns, 30_000_000);
 }
 
@@ -166,7 +166,7 @@ fn a_flow_an_interval_behind_is_signalled_on_every_packet() {
         let before = h.t_next_ns;
         assert_eq!(
             decide(&mut h, &pkt(now + i, 1_000), MULT_ONE, &P),
-            Verdict::AqmDrop
+            Verdict::OverloadDrop
         );
         assert_eq!(h.t_next_ns, before);
     }

@@ -360,7 +360,11 @@ impl Sim<'_> {
             Verdict::Pass => v.pass += 1,
             Verdict::Pace { .. } => v.paced += 1,
             Verdict::Mark { .. } => v.mark += 1,
-            Verdict::AqmDrop => v.aqm_drop += 1,
+            Verdict::CodelDrop => v.aqm_drop += 1,
+            Verdict::OverloadDrop => {
+                v.aqm_drop += 1;
+                v.overload_drop += 1;
+            }
             Verdict::HorizonDrop => v.horizon_drop += 1,
         }
         let rtt = f.source.rtt_ns();

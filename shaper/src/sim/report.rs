@@ -15,8 +15,11 @@ pub struct VerdictCounts {
     pub paced: u64,
     /// CE-marked (and paced).
     pub mark: u64,
-    /// Dropped by CoDel (not ECN-capable).
+    /// Dropped by the AQM (not ECN-capable): by CoDel or the overload rule,
+    /// or by the policer.
     pub aqm_drop: u64,
+    /// Of `aqm_drop`, the fair pacer's drops by the overload rule.
+    pub overload_drop: u64,
     /// Dropped beyond the horizon.
     pub horizon_drop: u64,
 }
@@ -33,6 +36,7 @@ impl VerdictCounts {
         self.paced += o.paced;
         self.mark += o.mark;
         self.aqm_drop += o.aqm_drop;
+        self.overload_drop += o.overload_drop;
         self.horizon_drop += o.horizon_drop;
     }
 }
