@@ -30,16 +30,16 @@ use shaper_common::{
     counters::Counter,
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
-    fair::{EPOCH_SHIFT, Packet, Verdict},
+    fair::{Packet, Verdict},
     rate::wire_len_bytes,
-    shared::{account, pace, roll_epoch},
+    shared::{account, pace},
 };
 
 use crate::{
     ce::mark_ce,
-    fair_state::AtomicFair,
+    fair_state::{AtomicFair, Rolled, roll},
     hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry},
-    maps::{AGGREGATE, CONFIG, FAIR, count},
+    maps::{AGGREGATE, CONFIG, count},
     parse::Class,
     telemetry::{Outcome, report, stash},
     veil::Veil,
@@ -67,6 +67,12 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     let Some(config) = CONFIG.get(0) else {
         return Ok(TC_ACT_UNSPEC);
     };
+    let veil = Veil::new(config);
+    let rolled = if config.fair() {
+        roll::<true>(config, veil)
+    } else {
+        Rolled::NONE
+    };
     let class = count_and_classify(ctx, config);
     if config.flags & FLAG_TELEMETRY != 0 {
         stash(&class);
@@ -82,8 +88,6 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
         return Ok(TC_ACT_UNSPEC);
     }
     let tx_time_ns = config.scaled_rate().tx_time_ns(wire_len);
-    // SAFETY: bpf_ktime_get_ns has no preconditions.
-    let now_ns = unsafe { bpf_ktime_get_ns() };
     // On an IFB fed from ingress the stamp is never a departure time.
     let skb_tstamp_ns = if config.flags & FLAG_DELIVERY_MONO != 0 {
         0
@@ -92,38 +96,41 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
         unsafe { (*ctx.skb.skb).tstamp }
     };
     if config.fair() {
-        fair(ctx, config, class, now_ns, skb_tstamp_ns, tx_time_ns)
-    } else {
-        aggregate(
-            ctx,
-            config,
-            class.ecn.capable(),
-            now_ns,
-            skb_tstamp_ns,
-            tx_time_ns,
-        )
+        return fair(ctx, config, class, &rolled, veil, skb_tstamp_ns, tx_time_ns);
     }
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let now_ns = unsafe { bpf_ktime_get_ns() };
+    aggregate(
+        ctx,
+        config,
+        class.ecn.capable(),
+        now_ns,
+        skb_tstamp_ns,
+        tx_time_ns,
+    )
 }
 
-/// The fair pacer. A truncated frame (no key) is paced as flow 0.
+/// The fair pacer, on the shared state `rolled` to this packet's epoch. A
+/// truncated frame (no key) is paced as flow 0.
 #[inline(always)]
 fn fair(
     ctx: &TcContext,
     config: &PacerConfig,
     class: Class,
-    now_ns: u64,
+    rolled: &Rolled,
+    veil: Veil,
     skb_tstamp_ns: u64,
     tx_ns: u64,
 ) -> Result<i32, i32> {
-    let Some(state) = FAIR.get_ptr_mut(0) else {
+    if rolled.state.is_null() {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
-    };
-    let epoch = now_ns >> EPOCH_SHIFT;
-    // SAFETY: the pointer comes from the map lookup and stays valid for this
-    // run; the fields are only accessed atomically.
-    let mut shared = unsafe { AtomicFair::new(state, Veil::new(config)) };
-    let mult_q16 = roll_epoch::<_, true>(&mut shared, epoch);
+    }
+    let (now_ns, epoch, mult_q16) = (rolled.now_ns, rolled.epoch, rolled.mult_q16);
+    // SAFETY: the pointer is non-null, so it comes from the map lookup of
+    // this run and stays valid for it; the fields are only accessed
+    // atomically.
+    let mut shared = unsafe { AtomicFair::new(rolled.state, veil) };
 
     let Some((flow, flow_started)) = flow_entry(config, class.flow_hash, now_ns) else {
         count(Counter::PassedUnpaced, 1);

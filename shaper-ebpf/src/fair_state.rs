@@ -7,13 +7,68 @@
 //! Invariant: every word is accessed atomically, at an address inside the
 //! map value (ring indices are reduced below their rings' lengths here).
 
+use aya_ebpf::helpers::bpf_ktime_get_ns;
 use shaper_common::{
     committed::CLOCK_SLOTS,
-    fair::{EPOCH_RING, FairState},
-    shared::{Field, Shared},
+    config::PacerConfig,
+    fair::{EPOCH_RING, EPOCH_SHIFT, FairState},
+    shared::{Field, Shared, roll_epoch},
 };
 
-use crate::{atomic, veil::Veil};
+use crate::{atomic, maps::FAIR, veil::Veil};
+
+/// The shared state moved to this packet's epoch; `state` is null when
+/// the pacer is disabled or the map lookup failed (a plain value, not an
+/// `Option`: carried across the parse, an `Option`'s undefined payload is
+/// stored to the stack, which the verifier rejects as `!read_ok`).
+pub(crate) struct Rolled {
+    /// The map value, or null.
+    pub(crate) state: *mut FairState,
+    /// The clock read for the roll, the packet's time.
+    pub(crate) now_ns: u64,
+    /// `now_ns`'s epoch.
+    pub(crate) epoch: u64,
+    /// The fair-share multiplier, veiled.
+    pub(crate) mult_q16: u64,
+}
+
+impl Rolled {
+    /// No roll.
+    pub(crate) const NONE: Rolled = Rolled {
+        state: core::ptr::null_mut(),
+        now_ns: 0,
+        epoch: 0,
+        mult_q16: 0,
+    };
+}
+
+/// Reads the clock and rolls the shared state to its epoch
+/// (`shaper_common::shared::roll_epoch`; `COMMITTED` as there), for a
+/// pacer that is enabled. The programs call it before they parse the
+/// frame, so that one verifier state walks the roll instead of one per
+/// header shape, and the multiplier leaves it veiled, so that the roll's
+/// outcomes merge after it.
+#[inline(always)]
+pub(crate) fn roll<const COMMITTED: bool>(config: &PacerConfig, veil: Veil) -> Rolled {
+    if !config.enabled() {
+        return Rolled::NONE;
+    }
+    let Some(state) = FAIR.get_ptr_mut(0) else {
+        return Rolled::NONE;
+    };
+    // SAFETY: bpf_ktime_get_ns has no preconditions.
+    let now_ns = unsafe { bpf_ktime_get_ns() };
+    let epoch = now_ns >> EPOCH_SHIFT;
+    // SAFETY: the pointer comes from the map lookup of this run.
+    let mut shared = unsafe { AtomicFair::new(state, veil) };
+    let mult_q16 = veil.u64(roll_epoch::<_, COMMITTED>(&mut shared, epoch));
+    Rolled {
+        state,
+        now_ns,
+        epoch,
+        mult_q16,
+    }
+}
 
 /// The map value of this program run, shared with the other CPUs, and the
 /// veil [`Shared::opaque`] applies.

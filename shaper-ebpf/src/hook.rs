@@ -4,9 +4,10 @@
 //! copy of the object, so an interface's egress and ingress never share a
 //! flow table or a fair share).
 //!
-//! The rest of the prologue (pricing the wire length, reading the clock)
-//! stays written out in each program: returned from here in a struct, it
-//! pushes the policer past the verifier's million-instruction limit.
+//! The clock is read and the epoch rolled before any of this
+//! (`fair_state::roll`). Pricing the wire length stays written out in each
+//! program: returned from here in a struct, it once pushed the policer
+//! past the verifier's million-instruction limit.
 
 use shaper_common::{
     config::{FLAG_NO_L2, PacerConfig},

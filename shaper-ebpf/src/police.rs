@@ -15,20 +15,20 @@
 //! one advance of it, which only delays a signal.
 //! Non-goals: telemetry records (counters only, for now); queueing.
 
-use aya_ebpf::{helpers::bpf_ktime_get_ns, macros::classifier, programs::TcContext};
+use aya_ebpf::{macros::classifier, programs::TcContext};
 use shaper_common::{
     counters::Counter,
-    fair::{EPOCH_SHIFT, Packet},
+    fair::Packet,
     police::Action,
     rate::wire_len_bytes,
-    shared::{account, police_step, roll_epoch},
+    shared::{account, police_step},
 };
 
 use crate::{
     ce::mark_ce,
-    fair_state::AtomicFair,
+    fair_state::{AtomicFair, roll},
     hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry},
-    maps::{CONFIG, FAIR, POLICE_LINK, count},
+    maps::{CONFIG, POLICE_LINK, count},
     veil::Veil,
 };
 
@@ -47,6 +47,8 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
     let Some(config) = CONFIG.get(0) else {
         return Ok(TC_ACT_UNSPEC);
     };
+    let veil = Veil::new(config);
+    let rolled = roll::<false>(config, veil);
     let class = count_and_classify(ctx, config);
     // SAFETY: reading a field of the __sk_buff the kernel passed in.
     let gso_segs = unsafe { (*ctx.skb.skb).gso_segs };
@@ -57,16 +59,17 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
         return Ok(TC_ACT_UNSPEC);
     }
     let tx_ns = config.scaled_rate().tx_time_ns(wire_len);
-    // SAFETY: bpf_ktime_get_ns has no preconditions.
-    let now_ns = unsafe { bpf_ktime_get_ns() };
-    let (Some(state), Some(link)) = (FAIR.get_ptr_mut(0), POLICE_LINK.get_ptr_mut(0)) else {
+    let Some(link) = POLICE_LINK
+        .get_ptr_mut(0)
+        .filter(|_| !rolled.state.is_null())
+    else {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
     };
-    let epoch = now_ns >> EPOCH_SHIFT;
-    // SAFETY: the pointer comes from the map lookup of this run.
-    let mut shared = unsafe { AtomicFair::new(state, Veil::new(config)) };
-    let mult_q16 = roll_epoch::<_, false>(&mut shared, epoch);
+    let (now_ns, epoch, mult_q16) = (rolled.now_ns, rolled.epoch, rolled.mult_q16);
+    // SAFETY: the pointer is non-null, so it comes from the map lookup of
+    // this run.
+    let mut shared = unsafe { AtomicFair::new(rolled.state, veil) };
     let Some((flow, _started)) = flow_entry(config, class.flow_hash, now_ns) else {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
