@@ -183,10 +183,12 @@ fn flows_that_leave_join_and_churn_keep_the_rate_and_the_shares() {
                 })
         };
         eprintln!(
-            "  {}: shaper aqm_drop {}, horizon_drop {}",
+            "  {}: shaper codel_drop {}, overload_drop {}, horizon_drop {}, ce_marked {}",
             case.name,
-            during("aqm_drop"),
-            during("horizon_drop")
+            during("codel_drop"),
+            during("overload_drop"),
+            during("horizon_drop"),
+            during("ce_marked")
         );
     }
     let results: Vec<Verdict> = all
