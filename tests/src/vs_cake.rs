@@ -10,14 +10,22 @@
 //!   `Err`; [`report`] prints every verdict and fails on any `Err`, so one
 //!   run shows every case.
 //! - A missed round is measured again once, after [`note_retry`] says so;
-//!   two misses in a row fail ([`twice`]).
+//!   two misses in a row fail ([`twice`]). The first rounds of several
+//!   cases may share their states ([`run_cases`]); a round measured again
+//!   applies its states for itself.
 //!
 //! Environment: `SHAPER_VM_TEST_SECS`, the measured seconds of a run
 //! (default [`MEASURED_SECS`]).
 
-use std::time::{Duration, Instant};
+use std::{
+    rc::Rc,
+    time::{Duration, Instant},
+};
 
-use shaper::lab::{RunResult, Scenario, Testbed, TestbedOptions, Timing, run_scenario};
+use shaper::lab::{
+    RunResult, Scenario, State, Testbed, TestbedOptions, Timing, cases::Case, run_scenario,
+    run_scenarios,
+};
 
 use crate::skip::{Need, note_retry};
 
@@ -88,10 +96,77 @@ pub const PING_EVERY: Duration = Duration::from_millis(20);
 /// case); when it misses, says so through [`note_retry`] and measures once
 /// more. `Err` names both misses.
 pub fn twice(mut round: impl FnMut() -> Verdict) -> Verdict {
-    round().or_else(|first| {
+    let first = round();
+    again_if_missed(first, round)
+}
+
+/// [`twice`] for a round already measured: `first`, and `round` once more
+/// if that missed.
+pub fn again_if_missed(first: Verdict, mut round: impl FnMut() -> Verdict) -> Verdict {
+    first.or_else(|first| {
         note_retry(&first);
         round().map_err(|second| format!("{first}; again: {second}"))
     })
+}
+
+/// Runs every case under CAKE and under the shaper for its timing, each
+/// distinct state applied once for all the cases that use it, in the order
+/// the cases first name them: a shaper start costs seconds under emulation,
+/// and one shaper meeting case after case is what a router sees. Cases
+/// whose runs under a state are the same scenario (the downloads under
+/// CAKE, whichever ingress mode the shaper takes) share one run. Returns
+/// each case's (CAKE, shaper) runs; panics naming the state when a run
+/// fails.
+pub fn run_cases(tb: &Testbed, cases: &[(&Case, Timing)]) -> Vec<(Rc<RunResult>, Rc<RunResult>)> {
+    let mut states: Vec<&State> = Vec::new();
+    for s in cases.iter().flat_map(|(c, _)| [&c.cake, &c.shaper]) {
+        if !states.contains(&s) {
+            states.push(s);
+        }
+    }
+    let mut runs: Vec<[Option<Rc<RunResult>>; 2]> = cases.iter().map(|_| [None, None]).collect();
+    for state in states {
+        // (case, side, scenario) for every run under this state.
+        let picks: Vec<(usize, usize, Scenario)> = cases
+            .iter()
+            .enumerate()
+            .flat_map(|(i, (c, timing))| [(i, 0, &c.cake, timing), (i, 1, &c.shaper, timing)])
+            .filter(|(_, _, s, _)| *s == state)
+            .map(|(i, side, _, timing)| (i, side, cases[i].0.scenario(state.clone(), *timing)))
+            .collect();
+        let mut scenarios: Vec<Scenario> = Vec::new();
+        for (_, _, sc) in &picks {
+            if !scenarios.contains(sc) {
+                scenarios.push(sc.clone());
+            }
+        }
+        let t = Instant::now();
+        let results: Vec<Rc<RunResult>> = run_scenarios(tb, &scenarios)
+            .unwrap_or_else(|e| panic!("{}: {e:#}", state.name()))
+            .into_iter()
+            .map(Rc::new)
+            .collect();
+        eprintln!(
+            "{} for {} case(s) in {:.1} s:",
+            state.name(),
+            picks.len(),
+            t.elapsed().as_secs_f64()
+        );
+        for (i, side, sc) in &picks {
+            let Some(k) = scenarios.iter().position(|s| s == sc) else {
+                continue;
+            };
+            eprintln!("    {}: {}", cases[*i].0.name, results[k].summary());
+            runs[*i][*side] = Some(Rc::clone(&results[k]));
+        }
+    }
+    runs.into_iter()
+        .zip(cases)
+        .map(|(pair, (case, _))| match pair {
+            [Some(cake), Some(ours)] => (cake, ours),
+            _ => panic!("{}: a state ran without this case", case.name),
+        })
+        .collect()
 }
 
 /// `Ok(line)` when `pass`, else `Err(line)`.

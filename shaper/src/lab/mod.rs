@@ -71,7 +71,7 @@ pub use cpu::{CpuTimes, CpuUsage};
 pub use ping::Ping;
 pub use scenario::{
     FlowResult, Phases, PingWindow, RateChange, RunResult, Scenario, TimedRun, TimedScenario,
-    run_scenario, run_timed_scenarios,
+    run_scenario, run_scenarios, run_timed_scenarios,
 };
 pub use state::{AppliedState, QdiscStats, State};
 pub use topology::{Host, Netns, Testbed, TestbedOptions, WanLink};

@@ -1,5 +1,7 @@
 //! One lab run: apply a state, start the flows (and ping) together, optionally
-//! change the rate midway, collect everything, tear the state down.
+//! change the rate midway, collect everything, tear the state down. Several
+//! runs may share one applied state ([`run_scenarios`]); each then reports
+//! the counts of its own traffic.
 //!
 //! Order, so each figure covers the same time: state applied → iperf3
 //! servers listening → CPU sampled → clients started together, ping started
@@ -25,7 +27,7 @@ use super::{
     LabError,
     cpu::{CpuTimes, CpuUsage},
     ping::Ping,
-    state::{QdiscStats, State},
+    state::{AppliedState, QdiscStats, State},
     stats::{self, Percentiles},
     timed::{self, TimedPlan, TimedResult},
     topology::{Host, Testbed},
@@ -223,16 +225,70 @@ impl RunResult {
     }
 }
 
-/// Runs `scenario` on `tb`.
+/// Runs `scenario` on `tb`: applies its state, runs it, tears it down.
 pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabError> {
-    if scenario.flows.is_empty() {
+    run_scenarios(tb, std::slice::from_ref(scenario))?
+        .pop()
+        .ok_or_else(|| LabError::Invalid {
+            detail: "a scenario ran without a result".to_owned(),
+        })
+}
+
+/// Runs `scenarios` in turn on `tb` under their one state, applied once
+/// before the first and torn down after the last, as a shaper that stays
+/// up meets traffic that changes. Each result's counters and qdisc
+/// statistics cover its own run only; its series are the readings as
+/// taken. The first result's `apply` phase is the state's, the others' 0.
+pub fn run_scenarios(tb: &Testbed, scenarios: &[Scenario]) -> Result<Vec<RunResult>, LabError> {
+    let Some(first) = scenarios.first() else {
+        return Ok(Vec::new());
+    };
+    if let Some(other) = scenarios.iter().find(|s| s.state != first.state) {
+        return Err(LabError::Invalid {
+            detail: format!(
+                "scenarios run under one state must share it: {} and {}",
+                first.state.name(),
+                other.state.name()
+            ),
+        });
+    }
+    if scenarios.iter().any(|s| s.flows.is_empty()) {
         return Err(LabError::Invalid {
             detail: "a scenario needs at least one flow".to_owned(),
         });
     }
     let t0 = Instant::now();
-    let mut applied = scenario.state.apply(tb)?;
+    let mut applied = first.state.apply(tb)?;
+    let apply = t0.elapsed();
+    let mut runs = Vec::with_capacity(scenarios.len());
+    for (i, scenario) in scenarios.iter().enumerate() {
+        let mut r = run_applied(tb, &mut applied, scenario, i > 0)?;
+        if i == 0 {
+            r.phases.apply = apply;
+        }
+        runs.push(r);
+    }
+    let t = Instant::now();
+    applied.stop()?;
+    if let Some(last) = runs.last_mut() {
+        last.phases.teardown += t.elapsed();
+    }
+    for r in &runs {
+        info!("{}", r.summary());
+    }
+    Ok(runs)
+}
+
+/// Runs one scenario under `applied`; `used`: earlier runs left their
+/// counts in the state, and this run's figures are taken from a baseline.
+fn run_applied(
+    tb: &Testbed,
+    applied: &mut AppliedState<'_>,
+    scenario: &Scenario,
+    used: bool,
+) -> Result<RunResult, LabError> {
     let t_applied = Instant::now();
+    let baseline = used.then(|| (applied.counters().ok(), applied.qdisc_stats().ok()));
     let servers = (0..scenario.flows.len())
         .map(|i| {
             let port = u16::try_from(i)
@@ -320,13 +376,17 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
     };
     let cpu = CpuUsage::between(&cpu_before, &CpuTimes::now()?);
     let t_traffic = Instant::now();
-    let counters = applied.counters();
-    let qdisc = applied.qdisc_stats();
+    let (counters_before, qdisc_before) = baseline.unwrap_or_default();
+    let counters = applied
+        .counters()
+        .map(|c| counters_since(c, counters_before.as_ref()));
+    let qdisc = applied
+        .qdisc_stats()
+        .map(|q| q.since(qdisc_before.as_ref()));
     let state = applied.state().name();
-    applied.stop()?;
     drop(servers);
     let phases = Phases {
-        apply: t_applied - t0,
+        apply: Duration::ZERO,
         servers: t_servers - t_applied,
         traffic: t_traffic - started,
         teardown: t_traffic.elapsed(),
@@ -346,8 +406,24 @@ pub fn run_scenario(tb: &Testbed, scenario: &Scenario) -> Result<RunResult, LabE
         rate_changed_at,
         phases,
     };
-    info!("{}", result.summary());
     Ok(result)
+}
+
+/// `now` less `before` counter by counter; the fair pacer's state
+/// (`fair.*`) is a reading, not a count, and stays as it is.
+fn counters_since(
+    mut now: BTreeMap<String, u64>,
+    before: Option<&BTreeMap<String, u64>>,
+) -> BTreeMap<String, u64> {
+    let Some(before) = before else {
+        return now;
+    };
+    for (name, v) in now.iter_mut() {
+        if !name.starts_with("fair.") {
+            *v = v.saturating_sub(before.get(name).copied().unwrap_or(0));
+        }
+    }
+    now
 }
 
 /// A ping beside a timed plan: from `from`, every `interval`, over
@@ -457,4 +533,38 @@ pub fn run_timed_scenarios(
     }
     applied.stop()?;
     Ok(runs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_shared_state_reports_each_runs_own_counts_and_the_fair_readings() {
+        let before = BTreeMap::from([
+            ("packets".to_owned(), 100),
+            ("fair.multiplier_q16".to_owned(), 262_144),
+        ]);
+        let now = BTreeMap::from([
+            ("packets".to_owned(), 250),
+            ("fair.multiplier_q16".to_owned(), 65_536),
+            ("codel_drop".to_owned(), 3),
+        ]);
+        let d = counters_since(now.clone(), Some(&before));
+        assert_eq!(d["packets"], 150);
+        assert_eq!(d["fair.multiplier_q16"], 65_536);
+        assert_eq!(d["codel_drop"], 3);
+        assert_eq!(counters_since(now.clone(), None), now);
+
+        let q = |bytes, drops, marks| QdiscStats {
+            kind: "cake".to_owned(),
+            bytes,
+            packets: bytes / 1000,
+            drops,
+            ecn_marks: marks,
+        };
+        let d = q(9_000, 7, Some(5)).since(Some(&q(4_000, 2, Some(1))));
+        assert_eq!(d, q(5_000, 5, Some(4)));
+        assert_eq!(q(9_000, 7, None).since(None), q(9_000, 7, None));
+    }
 }

@@ -332,6 +332,23 @@ pub struct QdiscStats {
 }
 
 impl QdiscStats {
+    /// The counts since `before` (a reading of the same qdisc), or these
+    /// counts when there is none.
+    pub fn since(self, before: Option<&QdiscStats>) -> Self {
+        let Some(b) = before else {
+            return self;
+        };
+        QdiscStats {
+            bytes: self.bytes.saturating_sub(b.bytes),
+            packets: self.packets.saturating_sub(b.packets),
+            drops: self.drops.saturating_sub(b.drops),
+            ecn_marks: self
+                .ecn_marks
+                .map(|m| m.saturating_sub(b.ecn_marks.unwrap_or(0))),
+            kind: self.kind,
+        }
+    }
+
     /// Parses `tc -s -j qdisc show dev X` output: the root qdisc's figures.
     pub fn parse(json: &str) -> Result<Self, LabError> {
         let err = |detail: String| LabError::Parse {
