@@ -134,12 +134,18 @@ pub fn run_cases(tb: &Testbed, cases: &[(&Case, Timing)]) -> Vec<(Rc<RunResult>,
             .filter(|(_, _, s, _)| *s == state)
             .map(|(i, side, _, timing)| (i, side, cases[i].0.scenario(state.clone(), *timing)))
             .collect();
+        // The distinct scenarios, and each pick's index among them: a
+        // scenario several picks share runs once.
         let mut scenarios: Vec<Scenario> = Vec::new();
-        for (_, _, sc) in &picks {
-            if !scenarios.contains(sc) {
-                scenarios.push(sc.clone());
-            }
-        }
+        let at: Vec<usize> = picks
+            .iter()
+            .map(|(_, _, sc)| {
+                scenarios.iter().position(|s| s == sc).unwrap_or_else(|| {
+                    scenarios.push(sc.clone());
+                    scenarios.len() - 1
+                })
+            })
+            .collect();
         let t = Instant::now();
         let results: Vec<Rc<RunResult>> = run_scenarios(tb, &scenarios)
             .unwrap_or_else(|e| panic!("{}: {e:#}", state.name()))
@@ -152,10 +158,7 @@ pub fn run_cases(tb: &Testbed, cases: &[(&Case, Timing)]) -> Vec<(Rc<RunResult>,
             picks.len(),
             t.elapsed().as_secs_f64()
         );
-        for (i, side, sc) in &picks {
-            let Some(k) = scenarios.iter().position(|s| s == sc) else {
-                continue;
-            };
+        for ((i, side, _), &k) in picks.iter().zip(&at) {
             eprintln!("    {}: {}", cases[*i].0.name, results[k].summary());
             runs[*i][*side] = Some(Rc::clone(&results[k]));
         }

@@ -53,14 +53,19 @@ use shaper_tests::{
     vs_cake::{self, OMIT, Verdict, again_if_missed, report, verdict},
 };
 
-/// The lone-flow cases held here, one per code path.
-const LONE_CASES: [&str; 4] = ["tcp_fwd", "tcp_local", "down_police", "down_ifb"];
 /// Slack of a lone flow's goodput ratio below CAKE's.
 const LONE_SLACK: f64 = 0.15;
 /// The same for the download through the policer, which trails CAKE's
 /// goodput with four flows already (docs/ingress.md) and further with one
 /// (docs/pacer.md).
 const POLICE_SLACK: f64 = 0.25;
+/// The lone-flow cases held here, one per code path, each with its slack.
+const LONE_CASES: [(&str, f64); 4] = [
+    ("tcp_fwd", LONE_SLACK),
+    ("tcp_local", LONE_SLACK),
+    ("down_police", POLICE_SLACK),
+    ("down_ifb", LONE_SLACK),
+];
 /// Slack of the many-flow goodput ratio above CAKE's.
 const MANY_SLACK: f64 = 0.03;
 /// The most TCP goodput a shaper at the rate can let through, as a ratio:
@@ -84,51 +89,68 @@ fn rate() -> Rate {
     "50mbit".parse().expect("a valid rate")
 }
 
-fn run(tb: &Testbed, case: &Case, state: &State) -> RunResult {
-    vs_cake::run(tb, &case.scenario(state.clone(), timing(case)))
+/// What a case is held to.
+#[derive(Clone, Copy, Debug)]
+enum Check {
+    /// A lone flow: its goodput ratio at most this far below CAKE's.
+    Lone(f64),
+    /// The bulk flow beside sparse ones.
+    BesideSparse,
+    /// Many flows: the wire rate, and the goodput where one client measured
+    /// it.
+    Many,
 }
 
-/// A case's timing: [`LONE_OMIT`] unless it is a many-flow case.
-fn timing(case: &Case) -> Timing {
-    let many = case.name.starts_with("many_flows");
-    vs_cake::timing(if many { OMIT } else { LONE_OMIT })
+impl Check {
+    /// The case's timing: [`OMIT`] for many flows, [`LONE_OMIT`] else.
+    fn timing(self) -> Timing {
+        vs_cake::timing(match self {
+            Check::Many => OMIT,
+            Check::Lone(_) | Check::BesideSparse => LONE_OMIT,
+        })
+    }
 }
 
 /// Judges `case`'s first round with `check`; when that misses, runs CAKE
-/// then the shaper on it once more, each applied for that round alone.
+/// then the shaper on it once more at `timing`, each applied for that
+/// round alone.
 fn judge(
     tb: &Testbed,
     case: &Case,
+    timing: Timing,
     first: &(Rc<RunResult>, Rc<RunResult>),
     check: impl Fn(&RunResult, &RunResult) -> Verdict,
 ) -> Verdict {
+    let run = |state: &State| vs_cake::run(tb, &case.scenario(state.clone(), timing));
     again_if_missed(check(&first.0, &first.1), || {
         eprintln!("{} again:", case.name);
-        check(&run(tb, case, &case.cake), &run(tb, case, &case.shaper))
+        check(&run(&case.cake), &run(&case.shaper))
     })
 }
 
 fn lone_flow(
     tb: &Testbed,
     case: &Case,
+    slack: f64,
     first: &(Rc<RunResult>, Rc<RunResult>),
     r: Rate,
 ) -> Verdict {
-    let slack = if case.name == "down_police" {
-        POLICE_SLACK
-    } else {
-        LONE_SLACK
-    };
-    judge(tb, case, first, |cake, ours| {
-        let (c, s) = (cases::first_ratio(cake, r), cases::first_ratio(ours, r));
-        verdict(
-            s >= c - slack,
-            format!(
-                "{}: shaper {s:.3} of the rate, CAKE {c:.3} (floor: CAKE's - {slack})",
-                case.name
-            ),
-        )
-    })
+    judge(
+        tb,
+        case,
+        Check::Lone(slack).timing(),
+        first,
+        |cake, ours| {
+            let (c, s) = (cases::first_ratio(cake, r), cases::first_ratio(ours, r));
+            verdict(
+                s >= c - slack,
+                format!(
+                    "{}: shaper {s:.3} of the rate, CAKE {c:.3} (floor: CAKE's - {slack})",
+                    case.name
+                ),
+            )
+        },
+    )
 }
 
 fn bulk_beside_sparse(
@@ -137,19 +159,25 @@ fn bulk_beside_sparse(
     first: &(Rc<RunResult>, Rc<RunResult>),
     r: Rate,
 ) -> Verdict {
-    judge(tb, case, first, |cake, ours| {
-        let (cb, sb) = (cases::first_ratio(cake, r), cases::first_ratio(ours, r));
-        let loss = |x: &RunResult| x.flows[1].report.lost_percent;
-        let (cl, sl) = (loss(cake), loss(ours));
-        verdict(
-            sb >= cb - LONE_SLACK && sl == 0.0,
-            format!(
-                "{}: bulk shaper {sb:.3}, CAKE {cb:.3} (floor: CAKE's - {LONE_SLACK}); sparse \
+    judge(
+        tb,
+        case,
+        Check::BesideSparse.timing(),
+        first,
+        |cake, ours| {
+            let (cb, sb) = (cases::first_ratio(cake, r), cases::first_ratio(ours, r));
+            let loss = |x: &RunResult| x.flows[1].report.lost_percent;
+            let (cl, sl) = (loss(cake), loss(ours));
+            verdict(
+                sb >= cb - LONE_SLACK && sl == 0.0,
+                format!(
+                    "{}: bulk shaper {sb:.3}, CAKE {cb:.3} (floor: CAKE's - {LONE_SLACK}); sparse \
                  loss shaper {sl:.2}%, CAKE {cl:.2}% (needs 0)",
-                case.name
-            ),
-        )
-    })
+                    case.name
+                ),
+            )
+        },
+    )
 }
 
 fn many_flows(
@@ -160,7 +188,7 @@ fn many_flows(
 ) -> Verdict {
     // The goodput is judged where one iperf3 client measured it all.
     let judged = case.flows.len() == 1;
-    judge(tb, case, first, |cake, ours| {
+    judge(tb, case, Check::Many.timing(), first, |cake, ours| {
         let (c, s) = (cake.ratio(r), ours.ratio(r));
         let ceiling = c.max(TCP_MAX_GOODPUT) + MANY_SLACK;
         let wire = |x: &RunResult| cases::wire_ratio(x, r);
@@ -191,33 +219,31 @@ fn lone_flows_get_the_rate_and_many_flows_keep_to_it() {
     let tb = vs_cake::testbed(TestbedOptions::default());
     let (bin, r) = (shaper_bin(), rate());
     let all = cases::lone_flow(&bin, r);
-    let lone: Vec<&Case> = LONE_CASES
-        .iter()
-        .map(|name| {
-            all.iter()
-                .find(|c| c.name == *name)
-                .unwrap_or_else(|| panic!("no lone-flow case {name} in shaper::lab::cases"))
-        })
-        .collect();
+    let lone = LONE_CASES.iter().map(|&(name, slack)| {
+        let case = all
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap_or_else(|| panic!("no lone-flow case {name} in shaper::lab::cases"));
+        (case, Check::Lone(slack))
+    });
     let sparse = cases::bulk_beside_sparse(&bin, r);
     let many: Vec<Case> = MANY
         .iter()
         .map(|&n| cases::many_flows(&bin, r, n))
         .collect();
-    let every: Vec<&Case> = lone.iter().copied().chain([&sparse]).chain(&many).collect();
-    let timed: Vec<(&Case, Timing)> = every.iter().map(|&c| (c, timing(c))).collect();
+    let every: Vec<(&Case, Check)> = lone
+        .chain([(&sparse, Check::BesideSparse)])
+        .chain(many.iter().map(|c| (c, Check::Many)))
+        .collect();
+    let timed: Vec<(&Case, Timing)> = every.iter().map(|&(c, k)| (c, k.timing())).collect();
     let firsts = vs_cake::run_cases(&tb, &timed);
     let results: Vec<Verdict> = every
         .iter()
         .zip(&firsts)
-        .map(|(case, first)| {
-            if lone.contains(case) {
-                lone_flow(&tb, case, first, r)
-            } else if case.name == sparse.name {
-                bulk_beside_sparse(&tb, case, first, r)
-            } else {
-                many_flows(&tb, case, first, r)
-            }
+        .map(|(&(case, check), first)| match check {
+            Check::Lone(slack) => lone_flow(&tb, case, slack, first, r),
+            Check::BesideSparse => bulk_beside_sparse(&tb, case, first, r),
+            Check::Many => many_flows(&tb, case, first, r),
         })
         .collect();
     report(&results);
