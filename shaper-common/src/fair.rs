@@ -38,6 +38,10 @@
 //!   reached, so `m` below their number commits the link beyond `C`. The
 //!   feedback alone lets that happen when many TCP flows back off together
 //!   and their queues then drain at the raised share ([`bound_mult`]).
+//! - A raise of `m` stands only where it does not idle the link: while the
+//!   committed flows at `C/m` and the traffic passed unpaced fall short of
+//!   the rate, more of `m` only lengthens the queues that traffic accepted
+//!   faster than it departs has built (flows joining) ([`raise_would_idle`]).
 //! - AQM: CoDel's control law (RFC 8289, see [`crate::codel`]) on each
 //!   packet's scheduled delay. ECN-capable packets are CE-marked and kept;
 //!   others are dropped. A flow more than an interval behind is signalled on
@@ -92,8 +96,8 @@ pub const EPOCH_NS: u64 = 1 << EPOCH_SHIFT;
 /// right for flows with deep queues.
 pub const EPOCH_RING: usize = 16;
 
-/// State shared by all CPUs. One entry; 4312 bytes: three cache lines
-/// that every packet reads or writes, then the committed flows' ring.
+/// State shared by all CPUs. One entry; 4320 bytes: the words that every
+/// packet reads or writes, then the committed flows' ring.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FairState {
@@ -132,11 +136,16 @@ pub struct FairState {
     /// give, before the committed flows' floor. `mult_q16` is the larger of
     /// the two, so the floor lifts the share only while it holds.
     pub mult_feedback_q16: u64,
+    /// Transmission time (at the aggregate rate) of the packets passed
+    /// unpaced since the last epoch change: the traffic of flows below
+    /// their share, which with the committed flows tells whether the link
+    /// is full at the current share ([`raise_would_idle`]).
+    pub unpaced_ns: u64,
     /// Flows per clock slot, indexed by `slot % CLOCK_SLOTS`.
     pub clock_counts: [u64; CLOCK_SLOTS],
 }
 
-const _: () = assert!(core::mem::size_of::<FairState>() == 4312);
+const _: () = assert!(core::mem::size_of::<FairState>() == 4320);
 const _: () = assert!(1 << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT) == committed::SLOTS_PER_EPOCH);
 
 impl FairState {
@@ -182,6 +191,7 @@ impl Default for FairState {
             clock_slot: 0,
             committed: 0,
             mult_feedback_q16: MULT_ONE,
+            unpaced_ns: 0,
             clock_counts: [0; CLOCK_SLOTS],
         }
     }
@@ -465,6 +475,39 @@ pub fn mult_cap(active_last: u64, active_now: u64) -> u64 {
     // n is at most the flow table's size (far below 2^31): no overflow.
     let cap = (n + 1) << 16;
     cap.clamp(MULT_ONE, MULT_MAX - 1)
+}
+
+/// True when raising the multiplier `mult_q16` would only idle the link
+/// further: most of the share's flows are committed (`2b >= m`: they are
+/// sending, not paused together), and yet they, each departing at `C/m`,
+/// and the traffic passed unpaced since the last epoch change (`unpaced_ns`
+/// of transmission time at the aggregate rate) fall short of the rate,
+/// `b/m + unpaced/epoch < 1`, taken as `b + m * unpaced/epoch < m`
+/// (multiplications only).
+///
+/// Why: the feedback reads the traffic *accepted* per epoch, and traffic
+/// accepted faster than it can depart reads as demand. When flows join, the
+/// window a shrinking share left in flight and the newcomers' slow-start
+/// bursts are accepted within a round trip, the feedback took `m` past the
+/// flows' number to the active-flow cap, and the link idled while the
+/// queues behind the share grew (the simulator's join: `m` 6 for 150 ms
+/// where 4 is fair). A raise blocked here leaves the departures below the
+/// rate, so it cannot make the pacer overshoot. Not when fewer than half
+/// are committed: after many flows back off together their clocks run out
+/// and they are silent for a round trip, a raise then anticipates their
+/// return, and holding `m` there let 256 simulated flows overshoot the rate.
+/// `docs/pacer.md` (method, step 2) has the measurements.
+#[inline(always)]
+pub fn raise_would_idle(mult_q16: u64, committed: u64, unpaced_ns: u64) -> bool {
+    // At most two epochs' worth: m < 2^32 and 2^24, so the product fits.
+    let unpaced = if unpaced_ns > 2 * EPOCH_NS {
+        2 * EPOCH_NS
+    } else {
+        unpaced_ns
+    };
+    // committed is at most the flow table's size: no overflow.
+    let b = committed << 16;
+    2 * b >= mult_q16 && b + ((mult_q16 * unpaced) >> EPOCH_SHIFT) < mult_q16
 }
 
 /// The multiplier within its bounds: at most `cap_q16` ([`mult_cap`]), and

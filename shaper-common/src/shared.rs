@@ -9,8 +9,11 @@
 //! The roll, on the CPU that wins the epoch: the committed count first
 //! (expire the clock slots time has passed, recount once per activity
 //! window), then one CSFQ update per finished epoch from its ring slot,
-//! which is then cleared, then the activity windows, the cap and the floor,
-//! then the backlogged reference ([`crate::fair`] has each step).
+//! which is then cleared, then the check that a raise of the multiplier
+//! does not only idle the link (against the committed flows and the
+//! traffic passed unpaced, which the pacer's step counts), then the
+//! activity windows, the cap and the floor, then the backlogged reference
+//! ([`crate::fair`] has each step).
 //!
 //! Invariants: every loop has a constant length and at most one branch in
 //! its body, and what it carries from pass to pass goes through
@@ -27,7 +30,8 @@ use crate::{
     fair::{
         EPOCH_RING, EPOCH_SHIFT, FairParams, FairState, Packet, Verdict, average_scheduled,
         backlogged_reference, bound_mult, count_active, count_backlogged, decay_reference, decide,
-        join_mult, mult_cap, roll_active, slots_to_clear, update_mult, window_ends,
+        join_mult, mult_cap, raise_would_idle, roll_active, slots_to_clear, update_mult,
+        window_ends,
     },
     flow::FlowEntry,
     police::{LinkState, Policed, n_active, police_link},
@@ -62,6 +66,8 @@ pub enum Field {
     Scheduled(usize),
     /// `clock_counts[i % CLOCK_SLOTS]`.
     ClockCount(usize),
+    /// `unpaced_ns`.
+    Unpaced,
 }
 
 /// Word access to a [`FairState`] that other CPUs may use at the same time.
@@ -105,6 +111,7 @@ macro_rules! word {
             Field::ClockSlot => $($r)+ $s.clock_slot,
             Field::Scheduled(i) => $($r)+ $s.scheduled_ns[i % EPOCH_RING],
             Field::ClockCount(i) => $($r)+ $s.clock_counts[i % CLOCK_SLOTS],
+            Field::Unpaced => $($r)+ $s.unpaced_ns,
         }
     };
 }
@@ -168,7 +175,8 @@ pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u6
     let ring = EPOCH_RING as u64;
     let finished = slots_to_clear(old, epoch);
     let one_epoch = finished == 1;
-    let mut m = s.load(Field::MultFeedback);
+    let m_before = s.load(Field::MultFeedback);
+    let mut m = m_before;
     let mut avg = s.load(Field::ScheduledAvg);
     let mut reference = s.load(Field::BackloggedRef);
     for j in 0..ring {
@@ -179,6 +187,17 @@ pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u6
             m = s.opaque(update_mult(m, avg));
             reference = s.opaque(decay_reference(reference));
             s.store(slot, 0);
+        }
+    }
+    // The traffic passed unpaced since the last roll, taken out by
+    // subtraction so that what other CPUs add meanwhile counts in the next.
+    // A raise of the feedback's multiplier that would only idle the link
+    // further does not stand (`raise_would_idle`).
+    if COMMITTED {
+        let unpaced = s.load(Field::Unpaced);
+        s.add(Field::Unpaced, unpaced.wrapping_neg());
+        if m > m_before && raise_would_idle(m_before, committed, unpaced) {
+            m = m_before;
         }
     }
     // Activity windows, stored only when one ends: storing back the loaded
@@ -282,6 +301,9 @@ pub fn pace<S: Shared, const COMMITTED: bool>(
     let verdict = decide(flow, pkt, mult_q16, p);
     if COMMITTED && flow.t_next_ns != clock_before {
         move_clock(s, clock_before, flow.t_next_ns);
+    }
+    if COMMITTED && verdict == Verdict::Pass {
+        s.add(Field::Unpaced, pkt.tx_ns);
     }
     if matches!(verdict, Verdict::Pace { .. } | Verdict::Mark { .. })
         && count_backlogged(flow, epoch)

@@ -104,6 +104,7 @@ impl AtomicFair {
                 Field::ClockSlot => &raw mut (*s).clock_slot,
                 Field::Scheduled(i) => &raw mut (*s).scheduled_ns[i & (EPOCH_RING - 1)],
                 Field::ClockCount(i) => &raw mut (*s).clock_counts[i & (CLOCK_SLOTS - 1)],
+                Field::Unpaced => &raw mut (*s).unpaced_ns,
             }
         }
     }

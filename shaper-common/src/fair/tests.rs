@@ -420,3 +420,70 @@ fn roll_epoch_measures_the_finished_epoch_and_clears_past_slots() {
     );
     assert!(s.mult_q16 < 2 * MULT_ONE + MULT_ONE / 2);
 }
+
+#[test]
+fn a_raise_that_would_only_idle_the_link_does_not_stand() {
+    let m = 4 * MULT_ONE + MULT_ONE / 2;
+    // Four committed flows at m = 4 fill the link: a raise may stand.
+    assert!(!raise_would_idle(4 * MULT_ONE, 4, 0));
+    // At m = 4.5 they leave a ninth of it idle ...
+    assert!(raise_would_idle(m, 4, 0));
+    assert!(raise_would_idle(m, 4, EPOCH_NS / 10));
+    // ... unless the traffic passed unpaced fills it.
+    assert!(!raise_would_idle(m, 4, EPOCH_NS / 8));
+    // Fewer than half of m committed: flows paused together, no hold.
+    assert!(!raise_would_idle(m, 2, 0));
+    assert!(!raise_would_idle(MULT_ONE, 0, 0));
+    // The extremes neither overflow nor hold.
+    assert!(!raise_would_idle(MULT_MAX - 1, 1 << 31, u64::MAX));
+
+    // In the roll, as flows join: four committed flows, m = 4.5 (the join
+    // rule's step), the last epoch accepted twice the rate. The feedback
+    // asks for more, and the raise does not stand.
+    let e = 10u64;
+    let slot = e << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT);
+    let mut st = FairState {
+        epoch: e,
+        mult_q16: m,
+        mult_feedback_q16: m,
+        scheduled_avg_ns: 2 * EPOCH_NS,
+        clock_slot: slot,
+        committed: 4,
+        active_now: 5,
+        ..FairState::default()
+    };
+    st.clock_counts[committed::slot_index(slot + 3 * committed::SLOTS_PER_EPOCH)] = 4;
+    st.scheduled_ns[(e % EPOCH_RING as u64) as usize] = 2 * EPOCH_NS;
+    let mut filled = st;
+    roll_epoch(&mut st, e + 1);
+    assert_eq!(st.committed, 4);
+    assert_eq!((st.mult_feedback_q16, st.mult_q16), (m, m));
+    // The same with an eighth of the epoch passed unpaced: the link is
+    // full at 4.5, and the raise (x 1.28, under the cap of 6) stands; the
+    // unpaced time is taken out.
+    filled.unpaced_ns = EPOCH_NS / 8;
+    roll_epoch(&mut filled, e + 1);
+    assert_eq!(filled.mult_feedback_q16, m * 41 / 32);
+    assert_eq!(filled.mult_q16, filled.mult_feedback_q16);
+    assert_eq!(filled.unpaced_ns, 0);
+}
+
+#[test]
+fn the_pacer_counts_the_time_it_passes_unpaced() {
+    let mut st = FairState::default();
+    let mut f = FlowEntry::fresh(1, 0);
+    let step = |st: &mut FairState, f: &mut FlowEntry, now| {
+        crate::shared::pace::<_, true>(st, f, &pkt(now, 1_000), 0, MULT_ONE, &P)
+    };
+    assert_eq!(step(&mut st, &mut f, 10_000), Verdict::Pass);
+    assert_eq!(st.unpaced_ns, 1_000);
+    // Paced: not counted.
+    assert!(matches!(
+        step(&mut st, &mut f, 10_001),
+        Verdict::Pace { .. }
+    ));
+    assert_eq!(st.unpaced_ns, 1_000);
+    // The policer's roll keeps no committed count and leaves it alone.
+    crate::shared::roll_epoch::<_, false>(&mut st, 1);
+    assert_eq!(st.unpaced_ns, 1_000);
+}

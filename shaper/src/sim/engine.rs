@@ -335,7 +335,11 @@ impl Sim<'_> {
         }
         let epoch = now >> EPOCH_SHIFT;
         if epoch > self.fair.epoch {
-            roll_epoch::<_, true>(&mut self.fair, epoch);
+            if self.sc.committed_floor {
+                roll_epoch::<_, true>(&mut self.fair, epoch);
+            } else {
+                roll_epoch::<_, false>(&mut self.fair, epoch);
+            }
             self.mult_trace.push((now, self.fair.mult_q16));
         }
         let tx_ns = self.rate.tx_time_ns(len);
