@@ -194,34 +194,53 @@ fn work_conserving_alone_and_after_others_stop() {
         assert!(aimd20 >= 0.85, "{sparse} sparse: AIMD {aimd20}");
     }
 
-    // 4 flows, three stop at 10 s; the 10 ms one remains.
-    let mut sc = Scenario::new(C50, 14 * SEC);
-    for rtt in [10, 20, 40, 80] {
-        sc = sc.with(FlowSpec {
-            source: Source::aimd_ms(rtt),
-            start_ns: 0,
-            stop_ns: (rtt != 10).then_some(10 * SEC),
-        });
+    // 4 flows, three stop at 10 s; the 10 ms one remains. The time the
+    // share takes depends on where the multiplier stood at the stop (up to
+    // a join step above the flows' number), so the bound is on the median
+    // of several seeds, with every seed within half as much again.
+    let mut pacer_ms = Vec::new();
+    for seed in 1..=LEAVE_SEEDS {
+        let mut sc = Scenario::new(C50, 14 * SEC);
+        sc.seed = seed;
+        for rtt in [10, 20, 40, 80] {
+            sc = sc.with(FlowSpec {
+                source: Source::aimd_ms(rtt),
+                start_ns: 0,
+                stop_ns: (rtt != 10).then_some(10 * SEC),
+            });
+        }
+        let r = sim(&sc);
+        let stop = 10 * SEC;
+        // The pacer's offered share C/m reaches 0.9 C ...
+        let pacer = (0..500u64)
+            .map(|ms| stop + ms * MS)
+            .find(|&t| r.mult_at(t) <= 1.0 / 0.9)
+            .map(|t| (t - stop) / MS);
+        // ... and the flow's goodput (10 ms bins) reaches 0.9 C.
+        let goodput = (0..2_000u64)
+            .map(|ms| stop + ms * MS)
+            .find(|&t| r.share(0, t, t + 10 * MS) >= 0.9)
+            .map(|t| (t - stop) / MS);
+        let after = r.share(0, 11 * SEC, 14 * SEC);
+        eprintln!(
+            "[work] seed {seed}, 3 of 4 stop at 10 s (m {:.2} then): share C/m >= 0.9 C after {pacer:?} ms; the 10 ms flow's goodput >= 0.9 C after {goodput:?} ms; share over 11-14 s {after:.3}",
+            r.mult_at(stop)
+        );
+        assert!(after >= 0.9, "seed {seed}: {after}");
+        pacer_ms.push(pacer.unwrap_or(u64::MAX));
     }
-    let r = sim(&sc);
-    let stop = 10 * SEC;
-    // The pacer's offered share C/m reaches 0.9 C ...
-    let pacer = (0..500u64)
-        .map(|ms| stop + ms * MS)
-        .find(|&t| r.mult_at(t) <= 1.0 / 0.9)
-        .map(|t| (t - stop) / MS);
-    // ... and the flow's goodput (10 ms bins) reaches 0.9 C.
-    let goodput = (0..2_000u64)
-        .map(|ms| stop + ms * MS)
-        .find(|&t| r.share(0, t, t + 10 * MS) >= 0.9)
-        .map(|t| (t - stop) / MS);
-    let after = r.share(0, 11 * SEC, 14 * SEC);
-    eprintln!(
-        "[work] 3 of 4 stop at 10 s: share C/m >= 0.9 C after {pacer:?} ms; the 10 ms flow's goodput >= 0.9 C after {goodput:?} ms; share over 11-14 s {after:.3}"
+    pacer_ms.sort_unstable();
+    let median = pacer_ms[pacer_ms.len() / 2];
+    assert!(
+        median <= LEAVE_MEDIAN_MS && pacer_ms.iter().all(|&ms| ms <= LEAVE_MEDIAN_MS * 3 / 2),
+        "{pacer_ms:?}"
     );
-    assert!(pacer.is_some_and(|ms| ms <= 100), "{pacer:?}");
-    assert!(after >= 0.9, "{after}");
 }
+
+/// Seeds of the leave case in [`work_conserving_alone_and_after_others_stop`].
+const LEAVE_SEEDS: u64 = 5;
+/// Their median time for the share to reach 0.9 C after the others stop.
+const LEAVE_MEDIAN_MS: u64 = 100;
 
 /// Property 4b: many flows keep to the rate. With 64 and 256 AIMD flows
 /// (20 ms RTT) and a ping at 50 Mbit/s, the link carries at most
