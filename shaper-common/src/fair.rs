@@ -397,12 +397,16 @@ pub fn update_mult(mult_q16: u64, scheduled_ns: u64) -> u64 {
     next.clamp(MULT_ONE, MULT_MAX - 1)
 }
 
-/// `1/n` in Q16 for `n` in 1..=64, for [`join_mult`] (a table, so the
-/// packet path never divides).
-const RECIPROCAL_Q16: [u32; 65] = {
-    let mut t = [0u32; 65];
+/// The most flows the join rule ([`join_mult`]) acts among: beyond, one
+/// more changes the share by under 2%, and the feedback alone follows.
+pub const JOIN_MAX_FLOWS: u64 = 64;
+
+/// `1/n` in Q16 for `n` in 1..=[`JOIN_MAX_FLOWS`], for [`join_mult`] (a
+/// table, so the packet path never divides).
+const RECIPROCAL_Q16: [u32; JOIN_MAX_FLOWS as usize + 1] = {
+    let mut t = [0u32; JOIN_MAX_FLOWS as usize + 1];
     let mut n = 1;
-    while n < 65 {
+    while n < t.len() {
         t[n] = ((1u32 << 16) + n as u32 / 2) / n as u32;
         n += 1;
     }
@@ -478,8 +482,9 @@ pub fn mult_cap(active_last: u64, active_now: u64) -> u64 {
 }
 
 /// True when raising the multiplier `mult_q16` would only idle the link
-/// further: most of the share's flows are committed (`2b >= m`: they are
-/// sending, not paused together), and yet they, each departing at `C/m`,
+/// further, among at most [`JOIN_MAX_FLOWS`] `active` flows: most of the
+/// share's flows are committed (`2b >= m`: they are sending, not paused
+/// together), and yet they, each departing at `C/m`,
 /// and the traffic passed unpaced since the last epoch change (`unpaced_ns`
 /// of transmission time at the aggregate rate) fall short of the rate,
 /// `b/m + unpaced/epoch < 1`, taken as `b + m * unpaced/epoch < m`
@@ -496,9 +501,12 @@ pub fn mult_cap(active_last: u64, active_now: u64) -> u64 {
 /// are committed: after many flows back off together their clocks run out
 /// and they are silent for a round trip, a raise then anticipates their
 /// return, and holding `m` there let 256 simulated flows overshoot the rate.
-/// `docs/pacer.md` (method, step 2) has the measurements.
+/// Not among more flows than the join rule acts among: there the feedback
+/// alone raises `m` for the flows that join, and holding its raises let 256
+/// flows in the kernel put 1.038 of the rate on the wire.
+/// `docs/pacer.md` (method, step 5) has the measurements.
 #[inline(always)]
-pub fn raise_would_idle(mult_q16: u64, committed: u64, unpaced_ns: u64) -> bool {
+pub fn raise_would_idle(mult_q16: u64, committed: u64, unpaced_ns: u64, active: u64) -> bool {
     // At most two epochs' worth: m < 2^32 and 2^24, so the product fits.
     let unpaced = if unpaced_ns > 2 * EPOCH_NS {
         2 * EPOCH_NS
@@ -507,7 +515,9 @@ pub fn raise_would_idle(mult_q16: u64, committed: u64, unpaced_ns: u64) -> bool 
     };
     // committed is at most the flow table's size: no overflow.
     let b = committed << 16;
-    2 * b >= mult_q16 && b + ((mult_q16 * unpaced) >> EPOCH_SHIFT) < mult_q16
+    active <= JOIN_MAX_FLOWS
+        && 2 * b >= mult_q16
+        && b + ((mult_q16 * unpaced) >> EPOCH_SHIFT) < mult_q16
 }
 
 /// The multiplier within its bounds: at most `cap_q16` ([`mult_cap`]), and
@@ -569,15 +579,16 @@ pub fn backlogged_reference(decayed_q8: u64, n_last: u64, one_epoch: bool) -> u6
 /// `n_now / (n_now - 1)`, as it would with `n_now` equal shares. Without it
 /// the feedback needed ~100 ms after a flow joined, while the newcomer's
 /// slow start was stamped at the old share (the simulator's join case).
-/// Beyond 64 flows one more changes the share by under 2% and the feedback
-/// alone follows. The result is at most `cap_q16` ([`mult_cap`]).
+/// Not beyond [`JOIN_MAX_FLOWS`]. The result is at most `cap_q16`
+/// ([`mult_cap`]).
 #[inline(always)]
 pub fn join_mult(mult_q16: u64, n_now: u64, n_prev: u64, cap_q16: u64) -> u64 {
     let floor = if n_prev == 0 { 1 } else { n_prev };
-    if n_now <= floor || n_now > 64 {
+    if n_now <= floor || n_now > JOIN_MAX_FLOWS {
         return mult_q16;
     }
     // m * n * (1/(n-1)): m < 2^32, n <= 64, 1/(n-1) <= 2^16.
+    const _: () = assert!(JOIN_MAX_FLOWS <= 64);
     // `get` rather than indexing: no panic path for the verifier to reject.
     let Some(&recip) = RECIPROCAL_Q16.get((n_now - 1) as usize) else {
         return mult_q16;

@@ -189,17 +189,6 @@ pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u6
             s.store(slot, 0);
         }
     }
-    // The traffic passed unpaced since the last roll, taken out by
-    // subtraction so that what other CPUs add meanwhile counts in the next.
-    // A raise of the feedback's multiplier that would only idle the link
-    // further does not stand (`raise_would_idle`).
-    if COMMITTED {
-        let unpaced = s.load(Field::Unpaced);
-        s.add(Field::Unpaced, unpaced.wrapping_neg());
-        if m > m_before && raise_would_idle(m_before, committed, unpaced) {
-            m = m_before;
-        }
-    }
     // Activity windows, stored only when one ends: storing back the loaded
     // values every epoch would lose any count another CPU added between the
     // load and the store. At a window's end such an increment can still be
@@ -213,6 +202,18 @@ pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u6
     if window_end {
         s.store(Field::ActiveLast, last);
         s.store(Field::ActiveNow, active);
+    }
+    // The traffic passed unpaced since the last roll, taken out by
+    // subtraction so that what other CPUs add meanwhile counts in the next.
+    // A raise of the feedback's multiplier that would only idle the link
+    // further does not stand (`raise_would_idle`).
+    if COMMITTED {
+        let unpaced = s.load(Field::Unpaced);
+        s.add(Field::Unpaced, unpaced.wrapping_neg());
+        let flows = if active > last { active } else { last };
+        if m > m_before && raise_would_idle(m_before, committed, unpaced, flows) {
+            m = m_before;
+        }
     }
     let cap = mult_cap(last, active);
     s.store(Field::MultFeedback, if m > cap { cap } else { m });

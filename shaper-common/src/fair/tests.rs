@@ -425,17 +425,21 @@ fn roll_epoch_measures_the_finished_epoch_and_clears_past_slots() {
 fn a_raise_that_would_only_idle_the_link_does_not_stand() {
     let m = 4 * MULT_ONE + MULT_ONE / 2;
     // Four committed flows at m = 4 fill the link: a raise may stand.
-    assert!(!raise_would_idle(4 * MULT_ONE, 4, 0));
+    assert!(!raise_would_idle(4 * MULT_ONE, 4, 0, 5));
     // At m = 4.5 they leave a ninth of it idle ...
-    assert!(raise_would_idle(m, 4, 0));
-    assert!(raise_would_idle(m, 4, EPOCH_NS / 10));
+    assert!(raise_would_idle(m, 4, 0, 5));
+    assert!(raise_would_idle(m, 4, EPOCH_NS / 10, 5));
     // ... unless the traffic passed unpaced fills it.
-    assert!(!raise_would_idle(m, 4, EPOCH_NS / 8));
+    assert!(!raise_would_idle(m, 4, EPOCH_NS / 8, 5));
     // Fewer than half of m committed: flows paused together, no hold.
-    assert!(!raise_would_idle(m, 2, 0));
-    assert!(!raise_would_idle(MULT_ONE, 0, 0));
+    assert!(!raise_would_idle(m, 2, 0, 5));
+    assert!(!raise_would_idle(MULT_ONE, 0, 0, 5));
+    // Among more flows than the join rule acts among, the feedback alone
+    // raises the share for newcomers: no hold.
+    assert!(!raise_would_idle(m, 4, 0, JOIN_MAX_FLOWS + 1));
+    assert!(raise_would_idle(m, 4, 0, JOIN_MAX_FLOWS));
     // The extremes neither overflow nor hold.
-    assert!(!raise_would_idle(MULT_MAX - 1, 1 << 31, u64::MAX));
+    assert!(!raise_would_idle(MULT_MAX - 1, 1 << 31, u64::MAX, 5));
 
     // In the roll, as flows join: four committed flows, m = 4.5 (the join
     // rule's step), the last epoch accepted twice the rate. The feedback
