@@ -490,10 +490,10 @@ pub fn mult_cap(active_last: u64, active_now: u64) -> u64 {
 /// are committed: after many flows back off together their clocks run out
 /// and they are silent for a round trip, a raise then anticipates their
 /// return, and holding `m` there let 256 simulated flows overshoot the rate.
-/// Not among more flows than the join rule acts among: there the feedback
-/// alone raises `m` for the flows that join, and holding its raises let 256
-/// flows in the kernel put 1.038 of the rate on the wire.
-/// `docs/pacer.md` (method, step 5) has the measurements.
+/// Only among as many flows as the join rule acts among, where the hold
+/// answers that rule's overshoot and was measured; beyond, the feedback
+/// goes on as before. `docs/pacer.md` (method, step 5) has the
+/// measurements.
 #[inline(always)]
 pub fn raise_would_idle(mult_q16: u64, committed: u64, unpaced_ns: u64, active: u64) -> bool {
     // At most two epochs' worth: m < 2^32 and 2^24, so the product fits.
