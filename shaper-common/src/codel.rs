@@ -9,6 +9,18 @@
 //! state; signals are then spaced `interval / sqrt(count)` apart, and a flow
 //! that re-enters soon after leaving resumes near its previous count.
 //!
+//! The clock: the caller passes each packet's *departure* time as the
+//! state machine's time, not the time of the decision. A signal can only go
+//! to the packet being enqueued, at the queue's tail, and the sender learns
+//! of it when that packet would have left. With the departure clock, the
+//! packet signalled is the one that would stand at the head when a
+//! dequeue-time CoDel signals (RFC 8289 drops at the head because that
+//! tells the sender soonest), so the signal reaches the sender when CoDel's
+//! would. On the decision's clock it arrives one queue later, and while a
+//! queue grows (a slow start, a share that just fell) that is the growth of
+//! the queue over the interval: more round trips of a window growing into
+//! a queue that is already being signalled.
+//!
 //! No division on the packet path: `1/sqrt(count)` is kept in Q0.32 fixed
 //! point, exact from a table for counts below 16 and otherwise refined by
 //! one Newton step per count change,
@@ -117,7 +129,8 @@ pub fn control_law(t_ns: u64, interval_ns: u64, rec_inv_sqrt: u32) -> u64 {
 }
 
 /// Runs CoDel for one packet that will wait `delay_ns` (its scheduled
-/// delay), at `now_ns`. `small_backlog` is true when the flow holds at most
+/// delay), on CoDel's clock `now_ns` (the packet's departure time for the
+/// pacer, see the module header). `small_backlog` is true when the flow holds at most
 /// this one packet (RFC 8289 never drops then). Returns true when this
 /// packet must carry a congestion signal: a CE mark, or a drop when the
 /// packet is not ECN-capable. Updates `s`.

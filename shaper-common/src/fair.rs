@@ -276,11 +276,28 @@ pub fn fair_tx_ns(tx_ns: u64, mult_q16: u64) -> u64 {
     (tx_ns * mult_q16) >> 16
 }
 
+/// Which time CoDel's state machine keeps ([`crate::codel`], the clock).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CodelClock {
+    /// Each packet's departure: the pacer, whose signal waits behind the
+    /// flow's queue.
+    Departure,
+    /// The decision's time: the policer, which queues nothing, so its
+    /// signal reaches the sender at once.
+    Decision,
+}
+
 /// Decides one packet of `flow` and advances the flow's clock and CoDel
 /// state. Pure apart from `flow`. `mult_q16` is the current fair-share
 /// multiplier.
 #[inline(always)]
-pub fn decide(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams) -> Verdict {
+pub fn decide(
+    flow: &mut FlowEntry,
+    pkt: &Packet,
+    mult_q16: u64,
+    p: &FairParams,
+    clock: CodelClock,
+) -> Verdict {
     let t = if pkt.skb_tstamp_ns > pkt.now_ns {
         pkt.skb_tstamp_ns
     } else {
@@ -321,7 +338,11 @@ pub fn decide(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
     // beside 472 marks in the VM's ECN test). CoDel still may.
     let ecn_flow = p.ecn && flow.flags & FLOW_ECN != 0;
     let overload = !small_backlog && delay > p.codel.interval_ns && (pkt.ect || !ecn_flow);
-    let codel = codel_signal(&mut flow.codel, pkt.now_ns, delay, small_backlog, &p.codel);
+    let codel_now = match clock {
+        CodelClock::Departure => depart,
+        CodelClock::Decision => pkt.now_ns,
+    };
+    let codel = codel_signal(&mut flow.codel, codel_now, delay, small_backlog, &p.codel);
     if overload || codel {
         if !(p.ecn && pkt.ect) {
             // A dropped packet uses no departure slot.

@@ -52,7 +52,7 @@
 
 use crate::{
     codel::{CodelParams, CodelState, codel_signal},
-    fair::{FairParams, Packet, Verdict, decide, fair_tx_ns},
+    fair::{CodelClock, FairParams, Packet, Verdict, decide, fair_tx_ns},
     flow::FlowEntry,
 };
 
@@ -117,7 +117,7 @@ pub fn police(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
     let virtual_delay_ns = flow.t_next_ns.saturating_sub(pkt.now_ns);
     let codel_before = flow.codel;
     let passed = passed_since_signal(flow);
-    let verdict = decide(flow, pkt, mult_q16, p);
+    let verdict = decide(flow, pkt, mult_q16, p, CodelClock::Decision);
     let signal = match verdict {
         Verdict::Mark { .. } => Some(Action::Mark),
         Verdict::CodelDrop | Verdict::OverloadDrop => Some(Action::Drop),
@@ -228,7 +228,7 @@ pub fn police_link(
     if pkt.now_ns.saturating_sub(flow.last_seen_ns) > p.codel.interval_ns {
         flow.flags &= !FLOW_EARLY_DONE;
     }
-    let verdict = decide(flow, pkt, mult_q16, &flow_params);
+    let verdict = decide(flow, pkt, mult_q16, &flow_params, CodelClock::Decision);
     // The early signal: the first time a flow is a target behind its share,
     // it is signalled at once rather than after CoDel's interval. Nothing
     // queues at the hook, so a sender in slow start never sees its round

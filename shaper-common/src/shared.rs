@@ -28,10 +28,10 @@
 use crate::{
     committed::{self, CLOCK_SLOT_SHIFT, CLOCK_SLOTS, SLOTS_PER_EPOCH},
     fair::{
-        EPOCH_RING, EPOCH_SHIFT, FairParams, FairState, Packet, Verdict, average_scheduled,
-        backlogged_reference, bound_mult, count_active, count_backlogged, decay_reference, decide,
-        join_mult, mult_cap, raise_would_idle, roll_active, slots_to_clear, update_mult,
-        window_ends,
+        CodelClock, EPOCH_RING, EPOCH_SHIFT, FairParams, FairState, Packet, Verdict,
+        average_scheduled, backlogged_reference, bound_mult, count_active, count_backlogged,
+        decay_reference, decide, join_mult, mult_cap, raise_would_idle, roll_active,
+        slots_to_clear, update_mult, window_ends,
     },
     flow::FlowEntry,
     police::{LinkState, Policed, n_active, police_link},
@@ -299,7 +299,7 @@ pub fn pace<S: Shared, const COMMITTED: bool>(
         s.add(Field::ActiveNow, 1);
     }
     let clock_before = flow.t_next_ns;
-    let verdict = decide(flow, pkt, mult_q16, p);
+    let verdict = decide(flow, pkt, mult_q16, p, CodelClock::Departure);
     if COMMITTED && flow.t_next_ns != clock_before {
         move_clock(s, clock_before, flow.t_next_ns);
     }

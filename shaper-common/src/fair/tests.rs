@@ -30,11 +30,23 @@ fn pkt(now_ns: u64, tx_ns: u64) -> Packet {
 fn idle_flow_passes_and_its_clock_runs_at_the_fair_share() {
     let mut f = FlowEntry::fresh(1, 0);
     // m = 4: a 1000 ns packet occupies the flow for 4000 ns.
-    let v = decide(&mut f, &pkt(10_000, 1_000), 4 * MULT_ONE, &P);
+    let v = decide(
+        &mut f,
+        &pkt(10_000, 1_000),
+        4 * MULT_ONE,
+        &P,
+        CodelClock::Departure,
+    );
     assert_eq!(v, Verdict::Pass);
     assert_eq!(f.t_next_ns, 14_000);
     // The next packet 1 us later is paced to the flow's clock.
-    let v = decide(&mut f, &pkt(11_000, 1_000), 4 * MULT_ONE, &P);
+    let v = decide(
+        &mut f,
+        &pkt(11_000, 1_000),
+        4 * MULT_ONE,
+        &P,
+        CodelClock::Departure,
+    );
     assert_eq!(v, Verdict::Pace { tstamp_ns: 14_000 });
     assert_eq!(f.t_next_ns, 18_000);
 }
@@ -44,7 +56,13 @@ fn sparse_flow_is_never_delayed() {
     let mut f = FlowEntry::fresh(1, 0);
     // 10 pps of 100 ns packets at m = 64 (a crowded link): always idle.
     for i in 1..1_000u64 {
-        let v = decide(&mut f, &pkt(i * 100_000_000, 100), 64 * MULT_ONE, &P);
+        let v = decide(
+            &mut f,
+            &pkt(i * 100_000_000, 100),
+            64 * MULT_ONE,
+            &P,
+            CodelClock::Departure,
+        );
         assert_eq!(v, Verdict::Pass, "packet {i}");
     }
 }
@@ -56,7 +74,10 @@ fn socket_departure_time_is_never_pulled_earlier() {
         skb_tstamp_ns: 50_000,
         ..pkt(10_000, 1_000)
     };
-    assert_eq!(decide(&mut f, &p, MULT_ONE, &P), Verdict::Pass);
+    assert_eq!(
+        decide(&mut f, &p, MULT_ONE, &P, CodelClock::Departure),
+        Verdict::Pass
+    );
     assert_eq!(f.t_next_ns, 51_000);
 }
 
@@ -66,41 +87,48 @@ fn beyond_horizon_drops_without_using_a_slot() {
     f.t_next_ns = 1_000 + P.horizon_ns + 1;
     let before = f.t_next_ns;
     assert_eq!(
-        decide(&mut f, &pkt(1_000, 10), MULT_ONE, &P),
+        decide(&mut f, &pkt(1_000, 10), MULT_ONE, &P, CodelClock::Departure),
         Verdict::HorizonDrop
     );
     assert_eq!(f.t_next_ns, before);
 }
 
+/// Runs a flow whose queue starts 20 ms deep and grows by 0.1 ms a packet
+/// (1 ms at the share, arrivals every 0.9 ms) until CoDel signals; returns
+/// the signal's decision time and the signalled packet's departure.
+fn first_signal(ect: bool, clock: CodelClock) -> (u64, u64) {
+    let mut f = FlowEntry::fresh(1, 0);
+    f.t_next_ns = 20_000_000;
+    for i in 0..400u64 {
+        let now = i * 900_000;
+        let depart = f.t_next_ns;
+        let p = Packet {
+            ect,
+            ..pkt(now, 1_000_000)
+        };
+        match decide(&mut f, &p, MULT_ONE, &P, clock) {
+            Verdict::Mark { .. } | Verdict::CodelDrop => return (now, depart),
+            Verdict::Pace { .. } => {}
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("CoDel signals a standing delay ({})", decide_kind(ect));
+}
+
 #[test]
 fn standing_delay_is_marked_when_ect_and_dropped_otherwise() {
     for ect in [true, false] {
-        let mut f = FlowEntry::fresh(1, 0);
-        // Keep the flow 20 ms behind: each packet is 1 ms at the share,
-        // arrivals every 0.9 ms, starting 20 ms of backlog deep.
-        f.t_next_ns = 20_000_000;
-        let mut signalled = None;
-        for i in 0..400u64 {
-            let now = i * 900_000;
-            if f.t_next_ns < now + 20_000_000 {
-                f.t_next_ns = now + 20_000_000;
-            }
-            let p = Packet {
-                ect,
-                ..pkt(now, 1_000_000)
-            };
-            match decide(&mut f, &p, MULT_ONE, &P) {
-                Verdict::Mark { .. } | Verdict::CodelDrop => {
-                    signalled = Some((now, decide_kind(ect)));
-                    break;
-                }
-                Verdict::Pace { .. } => {}
-                other => panic!("{other:?}"),
-            }
-        }
-        let (at, _) = signalled.expect("CoDel signals a standing delay");
-        // One interval after the delay first exceeded target.
+        // On the decision's clock: one interval after the delay first
+        // exceeded target (at 0).
+        let (at, _) = first_signal(ect, CodelClock::Decision);
         assert!((99_000_000..=101_000_000).contains(&at), "{at}");
+        // On the departure clock: the packet that departs one interval
+        // after the first packet above target (at 20 ms), decided earlier
+        // by the queue's growth, so the sender learns when a head drop
+        // would have told it.
+        let (at, depart) = first_signal(ect, CodelClock::Departure);
+        assert!((120_000_000..=121_000_000).contains(&depart), "{depart}");
+        assert!((89_000_000..=92_000_000).contains(&at), "{at}");
     }
 }
 
@@ -121,6 +149,7 @@ fn a_mark_keeps_the_packet_and_a_drop_does_not_advance_the_clock() {
         },
         MULT_ONE,
         &P,
+        CodelClock::Departure,
     );
     assert_eq!(
         v,
@@ -133,7 +162,13 @@ fn a_mark_keeps_the_packet_and_a_drop_does_not_advance_the_clock() {
     let mut f = FlowEntry::fresh(1, 0);
     f.t_next_ns = 30_000_000;
     f.codel.first_above_ns = 1;
-    let v = decide(&mut f, &pkt(10_000_000, 1_000), MULT_ONE, &P);
+    let v = decide(
+        &mut f,
+        &pkt(10_000_000, 1_000),
+        MULT_ONE,
+        &P,
+        CodelClock::Departure,
+    );
     assert_eq!(v, Verdict::CodelDrop);
     assert_eq!(f.t_next_ns, 30_000_000);
 }
@@ -149,14 +184,20 @@ fn a_flow_an_interval_behind_is_signalled_on_every_packet() {
             ..pkt(now + i, 1_000)
         };
         assert!(matches!(
-            decide(&mut f, &p, MULT_ONE, &P),
+            decide(&mut f, &p, MULT_ONE, &P, CodelClock::Departure),
             Verdict::Mark { .. }
         ));
     }
     // A retransmission (Not-ECT) of this ECN-capable flow is not
     // signalled for the overload alone.
     assert!(matches!(
-        decide(&mut f, &pkt(now + 9, 1_000), MULT_ONE, &P),
+        decide(
+            &mut f,
+            &pkt(now + 9, 1_000),
+            MULT_ONE,
+            &P,
+            CodelClock::Departure
+        ),
         Verdict::Pace { .. }
     ));
     // A flow that never sent ECT: every packet dropped.
@@ -165,7 +206,13 @@ fn a_flow_an_interval_behind_is_signalled_on_every_packet() {
     for i in 0..5u64 {
         let before = h.t_next_ns;
         assert_eq!(
-            decide(&mut h, &pkt(now + i, 1_000), MULT_ONE, &P),
+            decide(
+                &mut h,
+                &pkt(now + i, 1_000),
+                MULT_ONE,
+                &P,
+                CodelClock::Departure
+            ),
             Verdict::OverloadDrop
         );
         assert_eq!(h.t_next_ns, before);
@@ -174,7 +221,13 @@ fn a_flow_an_interval_behind_is_signalled_on_every_packet() {
     let mut g = FlowEntry::fresh(2, 0);
     g.t_next_ns = now + 90_000_000;
     assert!(matches!(
-        decide(&mut g, &pkt(now, 1_000), MULT_ONE, &P),
+        decide(
+            &mut g,
+            &pkt(now, 1_000),
+            MULT_ONE,
+            &P,
+            CodelClock::Departure
+        ),
         Verdict::Pace { .. }
     ));
 }
