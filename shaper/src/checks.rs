@@ -88,9 +88,20 @@ pub enum CheckError {
         "--ingress-mode ifb on this kernel ({release}, no TCX) redirects to the IFB with tc's \
          matchall filter and mirred action, and the kernel has neither: load them with \
          `modprobe cls_matchall act_mirred` (OpenWrt: kmod-sched), or use --ingress-mode \
-         police (the default), which needs no IFB. Nothing was changed"
+         police, which needs no IFB. Nothing was changed"
     )]
     IfbNeedsMirred {
+        /// `uname -r`.
+        release: String,
+    },
+    /// `--ingress-mode ifb` on a kernel that cannot create IFB devices.
+    #[error(
+        "--ingress-mode ifb (the default download mode) shapes the download on an IFB device, \
+         and this kernel ({release}) cannot create one (CONFIG_IFB, module ifb): load it with \
+         `modprobe ifb` (OpenWrt: install kmod-ifb), or use --ingress-mode police, which needs \
+         no IFB. Nothing was changed"
+    )]
+    NoIfb {
         /// `uname -r`.
         release: String,
     },
@@ -233,7 +244,7 @@ pub fn require_tc_hooks() -> Result<(), CheckError> {
 
 /// Checks the kernel can do what `run` needs: sch_fq when `egress` is
 /// shaped or an IFB is (`ifb`: it holds packets to their departure times),
-/// for an IFB without TCX matchall and mirred (see
+/// for an IFB the ifb device itself and, without TCX, matchall and mirred (see
 /// [`CheckError::IfbNeedsMirred`]), the TC hooks and BPF
 /// always. Changes nothing visible (the qdisc probes run in a throwaway
 /// network namespace).
@@ -251,6 +262,9 @@ pub fn check_kernel(egress: Option<&RunConfig>, ifb: Option<&RunConfig>) -> Resu
             iface: config.iface.clone(),
             rate: config.rate.to_string(),
         });
+    }
+    if ifb.is_some() && !crate::ifb::probe().map_err(|e| probe_failed("the ifb device", e))? {
+        return Err(CheckError::NoIfb { release });
     }
     if ifb.is_some()
         && !kernel_has_tcx()
@@ -322,6 +336,7 @@ mod tests {
             tx_queues: 1,
             mtu_bytes: 1500,
             gso: None,
+            is_ifb: false,
         };
         let err = check_link(&link).expect_err("down");
         assert!(err.to_string().contains("ip link set veth9 up"), "{err}");

@@ -10,7 +10,10 @@
 use netlink_packet_core::{Emitable, NLM_F_CREATE, NLM_F_EXCL};
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkMessage};
 
-use crate::{link::link_by_name, tc::netlink::Netlink};
+use crate::{
+    link::link_by_name,
+    tc::{TcError, netlink::Netlink},
+};
 
 /// `RTM_NEWLINK`, `RTM_DELLINK` and `RTM_SETLINK` in
 /// `include/uapi/linux/rtnetlink.h`.
@@ -103,6 +106,41 @@ pub fn create(name: &str) -> Result<u32, IfbError> {
     up.header.change_mask = LinkFlags::Up;
     request("setting up the IFB", name, RTM_SETLINK, 0, &up)?;
     Ok(link.ifindex)
+}
+
+/// Removes the IFB `name` whose ifindex a killed run never recorded: it
+/// died between creating the device and storing its ifindex. The run
+/// refused to start while any device had that name, so an IFB of that name
+/// now is the one it created; anything else of that name is left alone.
+pub fn remove_unrecorded(name: &str) -> Result<(), IfbError> {
+    match link_by_name(name) {
+        Ok(l) if l.is_ifb => remove(name, l.ifindex),
+        _ => Ok(()),
+    }
+}
+
+/// True if the kernel can create an IFB device (`CONFIG_IFB`, module
+/// `ifb`; OpenWrt's kmod-ifb). The device is created in a private network
+/// namespace ([`crate::tc::probe`]), which the kernel frees with it when the
+/// probe's thread ends, so nobody sees it. On a modular kernel the request
+/// loads the module, as creating the real device would.
+pub fn probe() -> Result<bool, TcError> {
+    crate::tc::probe::in_private_netns(|| {
+        let mut msg = LinkMessage::default();
+        msg.attributes
+            .push(LinkAttribute::IfName("ifb-probe".to_owned()));
+        msg.attributes
+            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
+        let mut body = vec![0u8; msg.buffer_len()];
+        msg.emit(&mut body);
+        let mut nl = crate::tc::open()?;
+        match nl.request(RTM_NEWLINK, NLM_F_CREATE | NLM_F_EXCL, &body) {
+            Ok(_) => Ok(true),
+            // No such link kind: rtnl_newlink's "Unknown device type".
+            Err(e) if matches!(e.errno(), Some(libc::EOPNOTSUPP | libc::ENOENT)) => Ok(false),
+            Err(e) => Err(TcError::request("probe", "link kind ifb")(e)),
+        }
+    })
 }
 
 /// Removes the IFB `ifindex` if it still exists with `name`.

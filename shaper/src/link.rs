@@ -10,7 +10,7 @@ use std::io;
 use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
 use netlink_packet_route::{
     RouteNetlinkMessage,
-    link::{LinkAttribute, LinkFlags, LinkLayerType, LinkMessage, State},
+    link::{InfoKind, LinkAttribute, LinkFlags, LinkInfo, LinkLayerType, LinkMessage, State},
 };
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
@@ -35,6 +35,8 @@ pub struct Link {
     pub mtu_bytes: u32,
     /// GSO size limits, when the kernel reports `IFLA_GSO_MAX_SIZE`.
     pub gso: Option<GsoSizes>,
+    /// An IFB device (`IFLA_INFO_KIND` "ifb").
+    pub is_ifb: bool,
 }
 
 /// Failures looking an interface up.
@@ -150,6 +152,7 @@ fn from_message(msg: &LinkMessage) -> Link {
         tx_queues: 1,
         mtu_bytes: 0,
         gso: None,
+        is_ifb: false,
     };
     let mut ipv4_gso = None;
     for attr in &msg.attributes {
@@ -164,6 +167,11 @@ fn from_message(msg: &LinkMessage) -> Link {
                 })
             }
             LinkAttribute::GsoIpv4MaxSize(g) => ipv4_gso = Some(*g),
+            LinkAttribute::LinkInfo(info) => {
+                link.is_ifb = info
+                    .iter()
+                    .any(|i| matches!(i, LinkInfo::Kind(InfoKind::Ifb)));
+            }
             LinkAttribute::OperState(s) => {
                 link.oper_state = match s {
                     State::Up => "up",
@@ -213,6 +221,24 @@ mod tests {
         ] {
             assert!(!valid_name(bad), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn an_ifb_is_known_by_its_kind() {
+        let mut msg = LinkMessage::default();
+        msg.attributes
+            .push(LinkAttribute::IfName("ifb4wan0".into()));
+        assert!(!from_message(&msg).is_ifb);
+        msg.attributes
+            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(
+                InfoKind::Veth,
+            )]));
+        assert!(!from_message(&msg).is_ifb);
+        msg.attributes.pop();
+        msg.attributes
+            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
+        let link = from_message(&msg);
+        assert!(link.is_ifb && link.name == "ifb4wan0", "{link:?}");
     }
 
     #[test]

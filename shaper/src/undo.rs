@@ -179,14 +179,15 @@ fn remove_ifb(f: &IfbRecord, paths: &Paths) -> Result<(), AttachError> {
         Err(e) => Err(e.into()),
     };
     let removed = if f.ifindex == 0 {
-        Ok(())
+        ifb::remove_unrecorded(&f.name)
     } else {
-        ifb::remove(&f.name, f.ifindex).map_err(|e| AttachError::Classifier {
-            step: "removing the IFB",
-            iface: f.name.clone(),
-            detail: e.to_string(),
-        })
-    };
+        ifb::remove(&f.name, f.ifindex)
+    }
+    .map_err(|e| AttachError::Classifier {
+        step: "removing the IFB",
+        iface: f.name.clone(),
+        detail: e.to_string(),
+    });
     shaping.and(removed)
 }
 

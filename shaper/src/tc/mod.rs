@@ -51,7 +51,7 @@ pub mod message;
 mod mirred;
 pub(crate) mod netlink;
 mod order;
-mod probe;
+pub mod probe;
 mod restore;
 mod snapshot;
 mod step;

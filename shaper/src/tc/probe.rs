@@ -83,7 +83,7 @@ fn try_add(parent: u32, handle: u32, kind: &str) -> Result<bool, TcError> {
 }
 
 /// Runs `f` on a new thread inside a new network namespace.
-fn in_private_netns<T: Send + 'static>(
+pub fn in_private_netns<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, TcError> + Send + 'static,
 ) -> Result<T, TcError> {
     let thread = std::thread::Builder::new()
