@@ -40,9 +40,11 @@
 //! traffic cases of [`cases`],
 //! `lone_flow.<case>`, `bulk_beside_sparse`, `many_flows.<n>` and
 //! `unequal.<case>` (with Jain's index), the
-//! timed cases of [`timed`], `churn`, `leave` and `join`, and with
+//! timed cases of [`timed`], `churn`, `leave` and `join`, with
 //! `--matrix` the cells of [`matrix`] under `matrix`, each with `shaper`
-//! and `cake` medians), or null.
+//! and `cake` medians, and the CPU-bound case of [`cpu_bound`] under
+//! `cpu_bound` (`none`, `cake` and `shaper` each way at
+//! `--cpu-bound-rate`; null with `--no-cpu-bound`)), or null.
 //!
 //! With `--vm-part --soak[=DURATION]` the lab part runs only the soak
 //! ([`vm::soak`], [`crate::lab::soak`]): `vm.soak` holds `flows`,
@@ -54,6 +56,7 @@
 
 mod calls;
 pub mod cases;
+pub mod cpu_bound;
 pub mod frames;
 pub mod host;
 mod loaded;
@@ -123,6 +126,15 @@ pub struct BenchArgs {
     #[arg(long, value_name = "N", default_value_t = 3,
           value_parser = clap::value_parser!(u32).range(1..=20))]
     pub state_reps: u32,
+    /// Lab part: the rate of the CPU-bound case, meant to be more than the
+    /// guest can shape at full speed: none, CAKE and the shaper, each
+    /// shaping both directions, an upload and a download with ping,
+    /// --state-reps times.
+    #[arg(long, value_name = "RATE", default_value = "400mbit")]
+    pub cpu_bound_rate: Rate,
+    /// Lab part: skip the CPU-bound case.
+    #[arg(long, conflicts_with = "cpu_bound_rate")]
+    pub no_cpu_bound: bool,
     /// Lab part: also run the matrix of rates (20, 50, 200 Mbit/s), RTTs
     /// (20, 80 ms), GSO on and off and 1, 2, 4 and 16 flows, each under
     /// CAKE and the shaper, --case-reps times (a quarter of an hour or more
@@ -195,6 +207,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             case_duration: Duration::from_secs(5),
             matrix: args.matrix,
             state_reps: args.state_reps,
+            cpu_bound: (!args.no_cpu_bound).then_some(args.cpu_bound_rate),
         };
         let report = vm::run(&opts).context("the lab part failed")?;
         let mut doc = serde_json::to_value(&report)?;
@@ -310,6 +323,9 @@ fn units() -> Value {
         "vm.softirq_cpu_per_mbit": "percent of one CPU per Mbit/s of goodput: \
                                     (system+softirq+irq share shaped - share of an unshaped \
                                     iperf3-paced run at the same goodput) x CPUs x 100 / Mbit/s",
+        "vm.cpu_bound": "receiver goodput in Mbit/s and ping p99 in ms per direction; \
+                         shaper_*_goodput_ratio: the shaper's goodput / rate; \
+                         shaper_*_ping_p99_vs_cake: the shaper's ping p99 / CAKE's",
         "vm.bpf_run_ns_per_packet": "nanoseconds per program run, the kernel's own \
                                      run_time_ns / run_cnt of the shaper's programs over the \
                                      state's run (BPF_ENABLE_STATS held by the bench)",
@@ -523,6 +539,9 @@ fn vm_table(vm: &Value) -> String {
     if let Some(m) = vm.get("matrix").filter(|m| !m.is_null()) {
         s.push_str(&matrix::table(m));
     }
+    if let Some(c) = vm.get("cpu_bound").filter(|c| !c.is_null()) {
+        s.push_str(&cpu_bound::table(c));
+    }
     for w in vm
         .get("warnings")
         .and_then(Value::as_array)
@@ -547,6 +566,53 @@ mod tests {
         let vm = json!({"shaper": {"goodput_ratio": 0.95}, "aggregate": null});
         let t = vm_table(&vm);
         assert!(t.contains("95.0%") && !t.contains("aggregate"), "{t}");
+    }
+
+    #[derive(Debug, clap::Parser)]
+    struct Args {
+        #[command(flatten)]
+        bench: BenchArgs,
+    }
+
+    #[test]
+    fn the_cpu_bound_case_runs_at_400mbit_unless_told_otherwise() {
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            Args::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+                .map(|a| a.bench)
+        };
+        let a = parse(&["--vm-part"]).expect("defaults");
+        assert_eq!(a.cpu_bound_rate.bits_per_s(), 400_000_000);
+        assert!(!a.no_cpu_bound);
+        let a = parse(&["--vm-part", "--cpu-bound-rate", "300mbit"]).expect("a rate");
+        assert_eq!(a.cpu_bound_rate.bits_per_s(), 300_000_000);
+        assert!(
+            parse(&["--vm-part", "--no-cpu-bound"])
+                .expect("skipped")
+                .no_cpu_bound
+        );
+        let err = parse(&["--no-cpu-bound", "--cpu-bound-rate", "300mbit"])
+            .expect_err("a rate for a skipped case");
+        assert_eq!(err.exit_code(), 2);
+        let err = parse(&["--cpu-bound-rate", "400"]).expect_err("a bare number");
+        assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn the_lab_table_shows_the_cpu_bound_case_when_it_ran() {
+        let ran = json!({"cpu_bound": {
+            "rate_mbit": 400.0, "state_reps": 3,
+            "shaper": {"up_goodput_mbit": 320.0, "down_goodput_mbit": 350.0},
+            "shaper_up_goodput_ratio": 0.8,
+        }});
+        let t = vm_table(&ran);
+        assert!(t.contains("CPU-bound rate, 400.0 Mbit/s"), "{t}");
+        assert!(
+            t.contains("320.0") && t.contains("80.0% of the rate up"),
+            "{t}"
+        );
+        let t = vm_table(&json!({"cpu_bound": null}));
+        assert!(!t.contains("CPU-bound"), "{t}");
     }
 
     #[test]

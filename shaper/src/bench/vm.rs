@@ -33,6 +33,12 @@
 //! index), and flows that leave, join and churn, under CAKE and the shaper,
 //! repeated and reported as medians.
 //!
+//! CPU-bound rate ([`super::cpu_bound`]): none, CAKE and the shaper, each
+//! shaping both directions, at a rate meant to be more than the guest can
+//! shape at full speed (400 Mbit/s by default), an upload and a download
+//! per run with ping, `state_reps` times interleaved. It runs last, with
+//! the kernel's BPF run-time statistics off.
+//!
 //! Repetitions: each state runs `state_reps` times, the states interleaved
 //! (shaper, CAKE, aggregate, police, ifb, CAKE-ingress, then again) so that
 //! a slow stretch of the host hits every state alike. A state's figures are
@@ -86,6 +92,8 @@ pub struct VmOptions {
     pub matrix: bool,
     /// Runs of each state (at least 1), interleaved.
     pub state_reps: u32,
+    /// The CPU-bound case's rate ([`super::cpu_bound`]); `None` skips it.
+    pub cpu_bound: Option<Rate>,
 }
 
 /// One state's figures over its runs: medians, the spread of the figures
@@ -217,6 +225,8 @@ pub struct VmReport {
     pub timed: Option<super::timed::TimedReport>,
     /// The matrix, if asked for.
     pub matrix: Option<BTreeMap<String, super::matrix::CellPair>>,
+    /// The CPU-bound case, unless skipped.
+    pub cpu_bound: Option<super::cpu_bound::CpuBoundReport>,
     /// Wall time of the lab part, s.
     pub wall_s: f64,
     /// Signs that the figures are not trustworthy (e.g. a CPU-starved guest).
@@ -257,7 +267,7 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     let started = Instant::now();
     // The kernel times the shaper's programs while this is held; without
     // it `bpf_run_ns_per_packet` stays empty and the rest still runs.
-    let _stats = match crate::bpf::stats::enable() {
+    let stats = match crate::bpf::stats::enable() {
         Ok(fd) => Some(fd),
         Err(e) => {
             tracing::warn!("{:#}", anyhow::Error::from(e));
@@ -323,6 +333,22 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     } else {
         None
     };
+    // The statistics' clock reads cost the shaper's programs alone, which
+    // a case limited by the CPU would count against it.
+    drop(stats);
+    let cpu_bound = match opts.cpu_bound {
+        Some(rate) => Some(super::cpu_bound::run(
+            &tb,
+            &super::cpu_bound::CpuBoundOptions {
+                bin: opts.bin.clone(),
+                rate,
+                streams: opts.streams,
+                timing: Timing::new(opts.duration, OMIT),
+                reps: opts.state_reps,
+            },
+        )?),
+        None => None,
+    };
     let warnings = warnings(&cake);
     for w in &warnings {
         tracing::warn!("{w}");
@@ -343,6 +369,7 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
         cases,
         timed,
         matrix,
+        cpu_bound,
         wall_s: started.elapsed().as_secs_f64(),
         warnings,
     })
@@ -370,7 +397,7 @@ fn states(opts: &VmOptions) -> Vec<(State, bool, Vec<RunFigures>)> {
         v.push((shaper(&["--pacer", "aggregate"]), false));
     }
     if opts.ingress {
-        v.push((ingress(&[]), true));
+        v.push((ingress(&["--ingress-mode", "police"]), true));
         v.push((ingress(&["--ingress-mode", "ifb"]), true));
         v.push((State::CakeIngress { rate: opts.rate }, true));
     }

@@ -365,27 +365,35 @@ impl LabConfig {
 
     /// The lab state for `kind`.
     pub fn state(&self, kind: StateKind) -> super::State {
-        match kind {
+        kind.state(&self.shaper_bin, self.rate)
+    }
+}
+
+impl StateKind {
+    /// The state this kind names, shaping at `rate` (both directions where
+    /// the kind shapes both), with the shaper binary `bin`.
+    pub fn state(self, bin: &std::path::Path, rate: Rate) -> super::State {
+        match self {
             StateKind::None => super::State::None,
             StateKind::Cake => super::State::Stack(vec![
-                super::State::Cake { rate: self.rate },
-                super::State::CakeIngress { rate: self.rate },
+                super::State::Cake { rate },
+                super::State::CakeIngress { rate },
             ]),
-            StateKind::FqCodel => super::State::FqCodel { rate: self.rate },
+            StateKind::FqCodel => super::State::FqCodel { rate },
             StateKind::ShaperEgress => super::State::Shaper {
-                bin: self.shaper_bin.clone(),
-                rate: self.rate,
+                bin: bin.to_owned(),
+                rate,
                 extra_args: Vec::new(),
             },
             StateKind::Shaper | StateKind::ShaperPolice | StateKind::ShaperIfb => {
                 super::State::Shaper {
-                    bin: self.shaper_bin.clone(),
-                    rate: self.rate,
+                    bin: bin.to_owned(),
+                    rate,
                     extra_args: vec![
                         "--ingress-rate".to_owned(),
-                        super::state::tc_rate(self.rate),
+                        super::state::tc_rate(rate),
                         "--ingress-mode".to_owned(),
-                        if kind == StateKind::ShaperIfb {
+                        if self == StateKind::ShaperIfb {
                             "ifb".to_owned()
                         } else {
                             "police".to_owned()
