@@ -115,16 +115,16 @@ pub struct RunArgs {
     /// Ingress (download) rate, in the same syntax; with or without --rate.
     #[arg(long, value_name = "RATE", allow_hyphen_values = true)]
     pub ingress_rate: Option<Rate>,
-    /// How to shape ingress: `police` (the AQM policer at the ingress hook:
-    /// no queue, no IFB, no sch_fq; the least CPU, but a lone download gets
-    /// less of the rate) or `ifb` (redirect to the IFB `ifb4<IF>`, shaped by
-    /// sch_fq and the fair pacer; needs sch_fq; a lone download gets the
-    /// rate).
+    /// How to shape ingress: `ifb` (redirect to the IFB `ifb4<IF>`, shaped
+    /// by sch_fq and the fair pacer; needs sch_fq and the ifb module; a lone
+    /// download gets the rate) or `police` (the AQM policer at the ingress
+    /// hook: no queue, no IFB, no sch_fq; less CPU, but a lone download gets
+    /// less of the rate).
     #[arg(
         long,
         value_enum,
         value_name = "MODE",
-        default_value = "police",
+        default_value = "ifb",
         requires = "ingress_rate"
     )]
     pub ingress_mode: crate::ingress::IngressMode,
@@ -224,7 +224,7 @@ mod tests {
             Command::Run(a) => {
                 assert_eq!(a.rate, None);
                 assert_eq!(a.ingress_rate.map(|r| r.bits_per_s()), Some(100_000_000));
-                assert_eq!(a.ingress_mode, crate::ingress::IngressMode::Police);
+                assert_eq!(a.ingress_mode, crate::ingress::IngressMode::Ifb);
             }
             other => panic!("{other:?}"),
         }

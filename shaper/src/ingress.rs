@@ -61,9 +61,11 @@ use crate::{
 pub enum IngressMode {
     /// The AQM policer at the ingress hook: no queue, no IFB; flows above
     /// their fair share get CE marks or drops at CoDel's spacing.
-    #[default]
     Police,
-    /// Redirect to an IFB device with sch_fq and the fair pacer on it.
+    /// Redirect to an IFB device with sch_fq and the fair pacer on it (the
+    /// default: a queue carries a lone download through its sender's cuts,
+    /// docs/ingress.md).
+    #[default]
     Ifb,
 }
 

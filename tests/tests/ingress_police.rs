@@ -1,14 +1,14 @@
-//! `shaper run --ingress-rate R` (the AQM policer, `police` mode) with the
-//! real binary on a veth between two namespaces. The policer needs no
-//! sch_fq, so these run on this machine's kernel (TCX) as well as in the VM
-//! (6.1: a cls_bpf filter on clsact).
+//! `shaper run --ingress-rate R --ingress-mode police` (the AQM policer)
+//! with the real binary on a veth between two namespaces. The policer
+//! needs no sch_fq, so these run on this machine's kernel (TCX) as well as
+//! in the VM (6.1: a cls_bpf filter on clsact).
 //!
 //! Checks: it attaches at ingress and `shaper status` says so; under a UDP
 //! flood at 4x the rate it drops (counted) while a ping beside it loses
 //! nothing and is never marked; SIGTERM and SIGKILL + `shaper cleanup`
-//! leave the interface's tc state exactly as before; `--ingress-mode ifb`
-//! creates and removes its IFB and its ingress redirect (VM), or exits 2
-//! without sch_fq (here).
+//! leave the interface's tc state exactly as before; the default mode,
+//! `ifb`, creates and removes its IFB and its ingress redirect (VM), or
+//! exits 2 without sch_fq (here), naming the policer as the way without it.
 //!
 //! Run: `cargo test -p shaper-tests --test ingress_police -- --test-threads=1`
 
@@ -19,10 +19,11 @@ use shaper_tests::{
     traffic::{Iperf3Server, iperf3_report},
 };
 
-/// Starts `shaper run --iface right0 --ingress-rate RATE ARGS` on the
-/// receiving side; returns once its ingress hook is attached.
+/// Starts `shaper run --iface right0 --ingress-rate RATE --ingress-mode
+/// police ARGS` on the receiving side; returns once its ingress hook is
+/// attached.
 fn start<'a>(pair: &'a Pair, rate: &str, args: &[&str]) -> ShaperProc<'a> {
-    let mut all = vec!["--ingress-rate", rate];
+    let mut all = vec!["--ingress-rate", rate, "--ingress-mode", "police"];
     all.extend_from_slice(args);
     ShaperProc::start(Some(&pair.right), "right0", &all)
 }
@@ -152,19 +153,21 @@ fn sigkill_then_cleanup_removes_the_ingress_hook() {
     assert!(run.status_json().is_none(), "a record was left");
 }
 
-/// `ifb` mode needs sch_fq: without it (this machine's kernel) it exits 2
-/// and changes nothing; with it (6.12 and 6.1 in the VM) the IFB is
+/// `ifb` mode, the default, needs sch_fq: without it (this machine's
+/// kernel) it exits 2, names `police` as the mode that needs none, and
+/// changes nothing; with it (6.12 and 6.1 in the VM) the IFB is
 /// created, carries the download through sch_fq (fed by the BPF redirect
 /// with TCX, by matchall + mirred on 6.1), and is gone again, its ingress
 /// filter too, after SIGTERM, and after SIGKILL + `shaper cleanup`.
 #[test]
-fn ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq() {
+fn the_default_ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq() {
     if !require(&[Need::Root]) {
         return;
     }
     let pair = Pair::new("ipi", 1);
     let before = pair.right.tc_state("right0");
-    let args = ["--ingress-rate", "20mbit", "--ingress-mode", "ifb"];
+    // No --ingress-mode: the default is ifb.
+    let args = ["--ingress-rate", "20mbit"];
     if shaper_tests::topo::kernel_has_fq() {
         ifb_mode_round_trips(&pair, &before, &args);
     } else {
@@ -177,6 +180,11 @@ fn ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq() {
             .expect("shaper run");
         assert_eq!(out.status.code(), Some(2), "{}", text(&out));
         assert!(text(&out).contains("sch_fq"), "{}", text(&out));
+        assert!(
+            text(&out).contains("--ingress-mode police"),
+            "{}",
+            text(&out)
+        );
         assert_eq!(pair.right.tc_state("right0"), before);
         nothing_shaped(&pair);
         assert!(!pair.right.sh("ip -o link show").contains("ifb4right0"));

@@ -6,8 +6,9 @@
 //! link (TBF at 22 Mbit/s with a 200 ms FIFO, the ISP's bloated buffer),
 //! while the client pings the server. On the router's `wan0` ingress, in
 //! turn: CAKE in `ingress` mode on an IFB at 20 Mbit/s (sqm-scripts'
-//! setup), `shaper run --ingress-rate 20mbit` (the AQM policer), and the
-//! same with `--ingress-mode ifb` (the fair pacer on an IFB). One testbed,
+//! setup), `shaper run --ingress-rate 20mbit --ingress-mode police` (the
+//! AQM policer), and the same with `--ingress-mode ifb` (the fair pacer on
+//! an IFB, the default mode). One testbed,
 //! at 20 ms and then at 80 ms path RTT (netem on the server).
 //!
 //! Must hold at each RTT for each mode, in one of two rounds, each round

@@ -1,9 +1,11 @@
 //! Recovery is exact at any kill point: `shaper run --rate 20mbit
-//! --ingress-rate 20mbit` on a veth holding an HTB tree with an fq_codel
-//! leaf, killed with SIGKILL at points spread over its attach, its steady
-//! state and its restore, and `shaper cleanup` after each kill. After every
-//! cleanup the device's qdiscs, classes, filters and link settings are what
-//! they were before the first run, and no record is left.
+//! --ingress-rate 20mbit` (the download in the default mode, on an IFB) on
+//! a veth holding an HTB tree with an fq_codel leaf, killed with SIGKILL at
+//! points spread over its attach, its steady state and its restore, and
+//! `shaper cleanup` after each kill. After every cleanup the device's
+//! qdiscs, classes, filters and link settings are what they were before
+//! the first run, the namespace has the same devices (no IFB left), and no
+//! record is left.
 //!
 //! The points come from a first run measured here (how long attach and
 //! restore take on this kernel, which under emulation is seconds): evenly
@@ -54,9 +56,12 @@ enum Kill {
     InRestore(Duration),
 }
 
-/// The device's traffic control and link settings, for identity checks.
+/// The device's traffic control and link settings and the namespace's
+/// device names, for identity checks.
 fn state(pair: &Pair) -> String {
-    pair.left.tc_state("left0") + &pair.left.sh("ip -d link show dev left0")
+    pair.left.tc_state("left0")
+        + &pair.left.sh("ip -d link show dev left0")
+        + &pair.left.sh("ip -o link show | cut -d: -f2 | sort")
 }
 
 /// The lines of `after` that differ from `before`, for the failure message.

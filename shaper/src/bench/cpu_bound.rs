@@ -9,7 +9,7 @@
 //! name do ([`crate::lab::cli::StateKind::state`]): `none` (no shaping:
 //! what the guest forwards at all), `cake` (CAKE on the router's WAN egress
 //! and CAKE in `ingress` mode on an IFB) and `shaper` (the fair pacer on
-//! egress, and on ingress the default mode: the AQM policer).
+//! egress, and on ingress the default mode: the pacer on an IFB).
 //!
 //! Method: per state, applied once, an upload (client → server through the
 //! router) and then a download (server → client), each with the lab part's

@@ -44,11 +44,11 @@ pub struct LabArgs {
     pub duration: Option<Duration>,
     /// States to compare, in order, comma-separated: none, cake (egress
     /// and, on an IFB, ingress), fq_codel (egress), shaper (egress, and
-    /// ingress in the default mode, the AQM policer: both directions, as
-    /// cake), shaper-egress (egress only), shaper-police (the same as
-    /// shaper, by its mode's name), shaper-ifb (egress, and the pacer on an
-    /// IFB fed from ingress).
-    #[arg(long, value_name = "LIST", default_value = "none,cake,fq_codel,shaper,shaper-ifb", value_parser = parse_states)]
+    /// ingress in the default mode, the pacer on an IFB: both directions,
+    /// as cake), shaper-egress (egress only), shaper-police (egress, and
+    /// the AQM policer at ingress), shaper-ifb (the same as shaper, by its
+    /// mode's name).
+    #[arg(long, value_name = "LIST", default_value = "none,cake,fq_codel,shaper,shaper-police", value_parser = parse_states)]
     pub states: StateList,
     /// Write every raw sample and the per-state summary here as JSON.
     #[arg(long, value_name = "FILE")]
@@ -75,14 +75,15 @@ pub enum StateKind {
     /// HTB + fq_codel.
     FqCodel,
     /// This project's `shaper run` on egress and on ingress in the default
-    /// ingress mode (the AQM policer): both directions, as `cake` shapes
-    /// them, so the default comparison is like with like.
+    /// ingress mode (the pacer on an IFB): both directions, as `cake`
+    /// shapes them, so the default comparison is like with like.
     Shaper,
     /// `shaper run` on egress only.
     ShaperEgress,
-    /// As [`StateKind::Shaper`], named by its ingress mode (`police`).
+    /// `shaper run` on egress and the AQM policer at ingress (`police`
+    /// mode).
     ShaperPolice,
-    /// `shaper run` on egress and on an IFB fed from ingress (`ifb` mode).
+    /// As [`StateKind::Shaper`], named by its ingress mode (`ifb`).
     ShaperIfb,
 }
 
@@ -393,10 +394,10 @@ impl StateKind {
                         "--ingress-rate".to_owned(),
                         super::state::tc_rate(rate),
                         "--ingress-mode".to_owned(),
-                        if self == StateKind::ShaperIfb {
-                            "ifb".to_owned()
-                        } else {
+                        if self == StateKind::ShaperPolice {
                             "police".to_owned()
+                        } else {
+                            "ifb".to_owned()
                         },
                     ],
                 }

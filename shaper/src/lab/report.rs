@@ -414,8 +414,8 @@ pub fn markdown(lab: &LabRun) -> String {
         m,
         "Kernel {}; {} s of load per direction after {} s omitted, {} streams; {:.0} s in all. \
          {} Every state acts on the router's WAN egress; `cake` (CAKE in ingress mode on an \
-         IFB, as sqm-scripts does), `shaper` and `shaper-police` (the AQM policer) and \
-         `shaper-ifb` (the pacer on an IFB) also shape the download at the WAN ingress \
+         IFB, as sqm-scripts does), `shaper` and `shaper-ifb` (the pacer on an IFB) and \
+         `shaper-police` (the AQM policer) also shape the download at the WAN ingress \
          (`shaper-egress` does not), and the download rows say which are shaped. \
          CPU is the whole machine's (the namespaces share it, traffic generators included).\n",
         lab.kernel,

@@ -75,16 +75,21 @@ pub fn run(args: LabArgs) -> Result<()> {
             .into());
         }
     }
-    // Without TCX, shaper-ifb feeds its IFB with tc's matchall + mirred.
-    if config.states.contains(&StateKind::ShaperIfb)
+    // Without TCX, shaper and shaper-ifb feed their IFB with tc's matchall
+    // + mirred.
+    if config
+        .states
+        .iter()
+        .any(|k| matches!(k, StateKind::Shaper | StateKind::ShaperIfb))
         && !crate::checks::kernel_has_tcx()
         && !crate::tc::probe_mirred().unwrap_or(false)
     {
         return Err(LabUsageError::Invalid {
             flag: "--states",
-            detail: "state shaper-ifb needs, on a kernel without TCX, tc's matchall filter and \
-                     mirred action (`modprobe cls_matchall act_mirred`): load them, leave the \
-                     state out, or run the lab in the VM (`cargo xtask lab`)"
+            detail: "states shaper and shaper-ifb need, on a kernel without TCX, tc's matchall \
+                     filter and mirred action (`modprobe cls_matchall act_mirred`): load them, \
+                     leave the states out (shaper-police shapes the download without them), or \
+                     run the lab in the VM (`cargo xtask lab`)"
                 .to_owned(),
         }
         .into());

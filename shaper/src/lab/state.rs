@@ -81,8 +81,9 @@ pub enum State {
         /// The policed rate.
         rate: Rate,
     },
-    /// `shaper run --iface wan0 --ingress-rate R` (download only, the
-    /// policer by default) with `extra_args` appended.
+    /// `shaper run --iface wan0 --ingress-rate R` (download only, in the
+    /// default ingress mode unless `extra_args` name one) with `extra_args`
+    /// appended.
     ShaperIngress {
         /// Path of the `shaper` binary.
         bin: PathBuf,

@@ -64,7 +64,7 @@ const INTERFACE: &[(&str, Pick)] = &[
         "ingress_police",
         Pick::Only(&[
             "sigterm_restores_and_status_shows_the_ingress_hook",
-            "ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq",
+            "the_default_ifb_mode_creates_its_ifb_and_removes_it_or_exits_2_without_sch_fq",
         ]),
     ),
     (
