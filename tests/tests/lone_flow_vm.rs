@@ -55,9 +55,9 @@ use shaper_tests::{
 
 /// Slack of a lone flow's goodput ratio below CAKE's.
 const LONE_SLACK: f64 = 0.15;
-/// The same for the download through the policer, which trails CAKE's
-/// goodput with four flows already (docs/ingress.md) and further with one
-/// (docs/pacer.md).
+/// The same for the download through the policer, which carries a lone
+/// flow's sawtooth without a queue, and so less than CAKE's queue carries
+/// (docs/ingress.md, "What a policer can give one flow").
 const POLICE_SLACK: f64 = 0.25;
 /// The lone-flow cases held here, one per code path, each with its slack.
 const LONE_CASES: [(&str, f64); 4] = [
@@ -111,20 +111,21 @@ impl Check {
     }
 }
 
-/// Judges `case`'s first round with `check`; when that misses, runs CAKE
-/// then the shaper on it once more at `timing`, each applied for that
-/// round alone.
+/// Judges `case`'s first round with `verdict_of`; when that misses, runs
+/// CAKE then the shaper on it once more at `check`'s timing, each applied
+/// for that round alone.
 fn judge(
     tb: &Testbed,
     case: &Case,
-    timing: Timing,
+    check: Check,
     first: &(Rc<RunResult>, Rc<RunResult>),
-    check: impl Fn(&RunResult, &RunResult) -> Verdict,
+    verdict_of: impl Fn(&RunResult, &RunResult) -> Verdict,
 ) -> Verdict {
+    let timing = check.timing();
     let run = |state: &State| vs_cake::run(tb, &case.scenario(state.clone(), timing));
-    again_if_missed(check(&first.0, &first.1), || {
+    again_if_missed(verdict_of(&first.0, &first.1), || {
         eprintln!("{} again:", case.name);
-        check(&run(&case.cake), &run(&case.shaper))
+        verdict_of(&run(&case.cake), &run(&case.shaper))
     })
 }
 
@@ -135,22 +136,16 @@ fn lone_flow(
     first: &(Rc<RunResult>, Rc<RunResult>),
     r: Rate,
 ) -> Verdict {
-    judge(
-        tb,
-        case,
-        Check::Lone(slack).timing(),
-        first,
-        |cake, ours| {
-            let (c, s) = (cases::first_ratio(cake, r), cases::first_ratio(ours, r));
-            verdict(
-                s >= c - slack,
-                format!(
-                    "{}: shaper {s:.3} of the rate, CAKE {c:.3} (floor: CAKE's - {slack})",
-                    case.name
-                ),
-            )
-        },
-    )
+    judge(tb, case, Check::Lone(slack), first, |cake, ours| {
+        let (c, s) = (cases::first_ratio(cake, r), cases::first_ratio(ours, r));
+        verdict(
+            s >= c - slack,
+            format!(
+                "{}: shaper {s:.3} of the rate, CAKE {c:.3} (floor: CAKE's - {slack})",
+                case.name
+            ),
+        )
+    })
 }
 
 fn bulk_beside_sparse(
@@ -159,25 +154,19 @@ fn bulk_beside_sparse(
     first: &(Rc<RunResult>, Rc<RunResult>),
     r: Rate,
 ) -> Verdict {
-    judge(
-        tb,
-        case,
-        Check::BesideSparse.timing(),
-        first,
-        |cake, ours| {
-            let (cb, sb) = (cases::first_ratio(cake, r), cases::first_ratio(ours, r));
-            let loss = |x: &RunResult| x.flows[1].report.lost_percent;
-            let (cl, sl) = (loss(cake), loss(ours));
-            verdict(
-                sb >= cb - LONE_SLACK && sl == 0.0,
-                format!(
-                    "{}: bulk shaper {sb:.3}, CAKE {cb:.3} (floor: CAKE's - {LONE_SLACK}); sparse \
+    judge(tb, case, Check::BesideSparse, first, |cake, ours| {
+        let (cb, sb) = (cases::first_ratio(cake, r), cases::first_ratio(ours, r));
+        let loss = |x: &RunResult| x.flows[1].report.lost_percent;
+        let (cl, sl) = (loss(cake), loss(ours));
+        verdict(
+            sb >= cb - LONE_SLACK && sl == 0.0,
+            format!(
+                "{}: bulk shaper {sb:.3}, CAKE {cb:.3} (floor: CAKE's - {LONE_SLACK}); sparse \
                  loss shaper {sl:.2}%, CAKE {cl:.2}% (needs 0)",
-                    case.name
-                ),
-            )
-        },
-    )
+                case.name
+            ),
+        )
+    })
 }
 
 fn many_flows(
@@ -188,7 +177,7 @@ fn many_flows(
 ) -> Verdict {
     // The goodput is judged where one iperf3 client measured it all.
     let judged = case.flows.len() == 1;
-    judge(tb, case, Check::Many.timing(), first, |cake, ours| {
+    judge(tb, case, Check::Many, first, |cake, ours| {
         let (c, s) = (cake.ratio(r), ours.ratio(r));
         let ceiling = c.max(TCP_MAX_GOODPUT) + MANY_SLACK;
         let wire = |x: &RunResult| cases::wire_ratio(x, r);
