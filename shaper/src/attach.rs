@@ -199,13 +199,56 @@ fn attach_steps(
 /// its record. Returns the old rate in bytes/s. Fails with
 /// [`AttachError::NotShaped`] when the interface has no visible pins.
 pub fn set_rate(iface: &str, paths: &Paths, rate: crate::rate::Rate) -> Result<u64, AttachError> {
-    let path = paths.pin_dir.join(pins::CONFIG);
-    let map = pins::open(&path)?.ok_or_else(|| AttachError::NotShaped {
+    let old = write_rate(iface, &paths.pin_dir.join(pins::CONFIG), rate)?;
+    if let Some(mut record) = Record::load(&paths.record)? {
+        record.rate_bits_per_s = rate.bits_per_s();
+        record.store(&paths.record)?;
+    }
+    Ok(old)
+}
+
+/// Changes the download's rate of a running shaper: the IFB pacer's (its
+/// pins and record, as [`set_rate`]) in `ifb` mode, the policer's pinned
+/// configuration in `police` mode, and the ingress rate in the
+/// interface's record. Returns the old rate in bytes/s. Fails with
+/// [`AttachError::NotShaped`] without a record and with
+/// [`AttachError::NoIngress`] when the run shapes no download.
+pub fn set_ingress_rate(
+    iface: &str,
+    paths: &Paths,
+    rate: crate::rate::Rate,
+) -> Result<u64, AttachError> {
+    let not_shaped = || AttachError::NotShaped {
+        iface: iface.to_owned(),
+    };
+    let mut record = Record::load(&paths.record)?.ok_or_else(not_shaped)?;
+    let Some(ingress) = record.ingress.as_mut() else {
+        return Err(AttachError::NoIngress {
+            iface: iface.to_owned(),
+        });
+    };
+    let old = match &ingress.ifb {
+        Some(f) => set_rate(&f.name, &paths.sibling(&f.name), rate)?,
+        None => write_rate(iface, &pins::ingress_dir(paths).join(pins::CONFIG), rate)?,
+    };
+    ingress.rate_bits_per_s = rate.bits_per_s();
+    record.store(&paths.record)?;
+    Ok(old)
+}
+
+/// Writes `rate` into the pinned configuration at `path`; returns the old
+/// rate in bytes/s.
+fn write_rate(
+    iface: &str,
+    path: &std::path::Path,
+    rate: crate::rate::Rate,
+) -> Result<u64, AttachError> {
+    let map = pins::open(path)?.ok_or_else(|| AttachError::NotShaped {
         iface: iface.to_owned(),
     })?;
     let mut array: Array<_, PacerConfig> =
-        Array::try_from(map).map_err(|e| pin_err("use", &path, e))?;
-    let mut config = array.get(&0, 0).map_err(|e| pin_err("read", &path, e))?;
+        Array::try_from(map).map_err(|e| pin_err("use", path, e))?;
+    let mut config = array.get(&0, 0).map_err(|e| pin_err("read", path, e))?;
     let old = config.rate_bytes_per_s;
     let scaled = rate.scaled();
     config.rate_bytes_per_s = rate.bytes_per_s();
@@ -215,10 +258,6 @@ pub fn set_rate(iface: &str, paths: &Paths, rate: crate::rate::Rate) -> Result<u
     // One map update: the classifier sees the old or the new value whole.
     array
         .set(0, config, 0)
-        .map_err(|e| pin_err("write", &path, e))?;
-    if let Some(mut record) = Record::load(&paths.record)? {
-        record.rate_bits_per_s = rate.bits_per_s();
-        record.store(&paths.record)?;
-    }
+        .map_err(|e| pin_err("write", path, e))?;
     Ok(old)
 }

@@ -48,6 +48,10 @@ pub enum Command {
         /// The shaped interface.
         #[arg(long, value_name = "IF")]
         iface: String,
+        /// Change the download's rate (the run's --ingress-rate), in either
+        /// ingress mode, instead of the upload's.
+        #[arg(long)]
+        ingress: bool,
         /// The new rate in tc syntax (1kbit to 1tbit).
         #[arg(value_name = "RATE", allow_hyphen_values = true)]
         rate: Rate,

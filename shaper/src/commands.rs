@@ -270,17 +270,25 @@ pub fn status(iface: Option<String>, json: bool) -> Result<()> {
 }
 
 /// `shaper set-rate`: rewrites the rate in the running pacer's pinned
-/// configuration map. The classifier reads it on every packet, so the new
+/// configuration map (with `ingress`, the download's: the IFB pacer's or
+/// the policer's). The classifier reads it on every packet, so the new
 /// rate applies from the next packet; packets already stamped leave as
 /// scheduled (at most the horizon, in practice CoDel's target).
-pub fn set_rate(iface: &str, rate: crate::rate::Rate) -> Result<()> {
+pub fn set_rate(iface: &str, ingress: bool, rate: crate::rate::Rate) -> Result<()> {
     Capabilities::current()?.check()?;
     let netns = state::current_netns()?;
     let paths = Roots::default().paths(iface, netns);
-    let old = crate::attach::set_rate(iface, &paths, rate)?;
+    let (old, which) = if ingress {
+        (
+            crate::attach::set_ingress_rate(iface, &paths, rate)?,
+            "ingress",
+        )
+    } else {
+        (crate::attach::set_rate(iface, &paths, rate)?, "egress")
+    };
     let old = crate::rate::Rate::from_bits_per_s(old.saturating_mul(8))
         .map_or_else(|| format!("{old} bytes/s"), |r| r.to_string());
-    println!("shaper: {iface} egress rate {old} -> {rate}");
+    println!("shaper: {iface} {which} rate {old} -> {rate}");
     Ok(())
 }
 

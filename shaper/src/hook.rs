@@ -43,6 +43,15 @@ pub enum AttachError {
         /// The interface named.
         iface: String,
     },
+    /// `set-rate --ingress` for an interface whose run shapes no download.
+    #[error(
+        "'{iface}' is shaped, but not its download: `shaper set-rate --ingress` changes the rate \
+         of a run started with --ingress-rate; leave out --ingress to change the upload's rate"
+    )]
+    NoIngress {
+        /// The interface named.
+        iface: String,
+    },
     /// A pre-change check failed (usage error; nothing changed).
     #[error(transparent)]
     Check(#[from] CheckError),

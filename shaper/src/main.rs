@@ -32,7 +32,10 @@ fn exit_code(err: &anyhow::Error) -> i32 {
             || matches!(
                 cause.downcast_ref::<AttachError>(),
                 Some(
-                    AttachError::Check(_) | AttachError::Object(_) | AttachError::NotShaped { .. }
+                    AttachError::Check(_)
+                        | AttachError::Object(_)
+                        | AttachError::NotShaped { .. }
+                        | AttachError::NoIngress { .. }
                 )
             )
         {
@@ -54,7 +57,11 @@ fn main() {
     let result = match cli.command {
         cli::Command::Run(args) => commands::run(args),
         cli::Command::Status { iface, json } => commands::status(iface, json),
-        cli::Command::SetRate { iface, rate } => commands::set_rate(&iface, rate),
+        cli::Command::SetRate {
+            iface,
+            ingress,
+            rate,
+        } => commands::set_rate(&iface, ingress, rate),
         cli::Command::Cleanup { iface, force } => commands::cleanup(iface, force),
         cli::Command::Bench(args) => shaper::bench::run(args),
         cli::Command::Observe(args) => commands::observe(args),

@@ -55,6 +55,26 @@ fn sigterm_restores_and_status_shows_the_ingress_hook() {
     let report = run.status_text();
     assert!(report.contains("egress not shaped"), "{report}");
     assert!(report.contains("ingress:    police at 20Mbit"), "{report}");
+    // The download's rate changes live; the upload's cannot, as there is
+    // none.
+    let set = |args: &[&str]| {
+        pair.right
+            .shaper()
+            .args(["set-rate", "--iface", "right0"])
+            .args(args)
+            .output()
+            .expect("shaper set-rate")
+    };
+    let out = set(&["--ingress", "10mbit"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        text(&out).contains("ingress rate 20Mbit -> 10Mbit"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(run.status().ingress().rate_bits_per_s, 10_000_000);
+    let out = set(&["10mbit"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let exit = run.sigterm();
     let out = exit.text();
     assert_eq!(exit.code(), Some(0), "{out}");
@@ -231,6 +251,17 @@ fn ifb_mode_round_trips(pair: &Pair, before: &str, args: &[&str]) {
             ifb_status.counter("packets") >= 5,
             "the IFB's pacer saw the pings: {ifb_status}"
         );
+        // The download's rate changes live, on the IFB's pacer.
+        let out = pair
+            .right
+            .shaper()
+            .args(["set-rate", "--iface", "right0", "--ingress", "10mbit"])
+            .output()
+            .expect("shaper set-rate");
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+        assert_eq!(run.status().ingress().rate_bits_per_s, 10_000_000);
+        let ifb_status = status_json(Some(&pair.right), "ifb4right0").expect("the IFB is shaped");
+        assert_eq!(ifb_status.rate_bits_per_s, 10_000_000, "{ifb_status}");
         let exit = run.stop(sig);
         if sig == libc::SIGKILL {
             assert_eq!(exit.code(), None);
