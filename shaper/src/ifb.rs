@@ -82,18 +82,23 @@ fn request(
     })
 }
 
-/// Creates the IFB `name`, sets it up, and returns its ifindex.
-pub fn create(name: &str) -> Result<u32, IfbError> {
+/// The body of an `RTM_NEWLINK` request for an IFB named `name`.
+fn new_ifb(name: &str) -> LinkMessage {
     let mut msg = LinkMessage::default();
     msg.attributes.push(LinkAttribute::IfName(name.to_owned()));
     msg.attributes
         .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
+    msg
+}
+
+/// Creates the IFB `name`, sets it up, and returns its ifindex.
+pub fn create(name: &str) -> Result<u32, IfbError> {
     request(
         "creating the IFB",
         name,
         RTM_NEWLINK,
         NLM_F_CREATE | NLM_F_EXCL,
-        &msg,
+        &new_ifb(name),
     )?;
     let link = link_by_name(name).map_err(|e| IfbError::Netlink {
         op: "looking up the new IFB",
@@ -126,11 +131,7 @@ pub fn remove_unrecorded(name: &str) -> Result<(), IfbError> {
 /// loads the module, as creating the real device would.
 pub fn probe() -> Result<bool, TcError> {
     crate::tc::probe::in_private_netns(|| {
-        let mut msg = LinkMessage::default();
-        msg.attributes
-            .push(LinkAttribute::IfName("ifb-probe".to_owned()));
-        msg.attributes
-            .push(LinkAttribute::LinkInfo(vec![LinkInfo::Kind(InfoKind::Ifb)]));
+        let msg = new_ifb("ifb-probe");
         let mut body = vec![0u8; msg.buffer_len()];
         msg.emit(&mut body);
         let mut nl = crate::tc::open()?;

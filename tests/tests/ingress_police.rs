@@ -28,6 +28,16 @@ fn start<'a>(pair: &'a Pair, rate: &str, args: &[&str]) -> ShaperProc<'a> {
     ShaperProc::start(Some(&pair.right), "right0", &all)
 }
 
+/// Runs `shaper set-rate --iface right0 ARGS` on the receiving side.
+fn set_rate(pair: &Pair, args: &[&str]) -> std::process::Output {
+    pair.right
+        .shaper()
+        .args(["set-rate", "--iface", "right0"])
+        .args(args)
+        .output()
+        .expect("shaper set-rate")
+}
+
 /// Asserts nothing is shaped in the receiving namespace any more.
 fn nothing_shaped(pair: &Pair) {
     let left = status_all(Some(&pair.right), None);
@@ -57,15 +67,7 @@ fn sigterm_restores_and_status_shows_the_ingress_hook() {
     assert!(report.contains("ingress:    police at 20Mbit"), "{report}");
     // The download's rate changes live; the upload's cannot, as there is
     // none.
-    let set = |args: &[&str]| {
-        pair.right
-            .shaper()
-            .args(["set-rate", "--iface", "right0"])
-            .args(args)
-            .output()
-            .expect("shaper set-rate")
-    };
-    let out = set(&["--ingress", "10mbit"]);
+    let out = set_rate(&pair, &["--ingress", "10mbit"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(
         text(&out).contains("ingress rate 20Mbit -> 10Mbit"),
@@ -73,7 +75,7 @@ fn sigterm_restores_and_status_shows_the_ingress_hook() {
         text(&out)
     );
     assert_eq!(run.status().ingress().rate_bits_per_s, 10_000_000);
-    let out = set(&["10mbit"]);
+    let out = set_rate(&pair, &["10mbit"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let exit = run.sigterm();
     let out = exit.text();
@@ -252,12 +254,7 @@ fn ifb_mode_round_trips(pair: &Pair, before: &str, args: &[&str]) {
             "the IFB's pacer saw the pings: {ifb_status}"
         );
         // The download's rate changes live, on the IFB's pacer.
-        let out = pair
-            .right
-            .shaper()
-            .args(["set-rate", "--iface", "right0", "--ingress", "10mbit"])
-            .output()
-            .expect("shaper set-rate");
+        let out = set_rate(pair, &["--ingress", "10mbit"]);
         assert_eq!(out.status.code(), Some(0), "{}", text(&out));
         assert_eq!(run.status().ingress().rate_bits_per_s, 10_000_000);
         let ifb_status = status_json(Some(&pair.right), "ifb4right0").expect("the IFB is shaped");

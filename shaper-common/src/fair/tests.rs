@@ -26,27 +26,20 @@ fn pkt(now_ns: u64, tx_ns: u64) -> Packet {
     }
 }
 
+/// [`decide`] as the pacer calls it: CoDel on the departure clock.
+fn paced(f: &mut FlowEntry, p: &Packet, mult_q16: u64) -> Verdict {
+    decide(f, p, mult_q16, &P, CodelClock::Departure)
+}
+
 #[test]
 fn idle_flow_passes_and_its_clock_runs_at_the_fair_share() {
     let mut f = FlowEntry::fresh(1, 0);
     // m = 4: a 1000 ns packet occupies the flow for 4000 ns.
-    let v = decide(
-        &mut f,
-        &pkt(10_000, 1_000),
-        4 * MULT_ONE,
-        &P,
-        CodelClock::Departure,
-    );
+    let v = paced(&mut f, &pkt(10_000, 1_000), 4 * MULT_ONE);
     assert_eq!(v, Verdict::Pass);
     assert_eq!(f.t_next_ns, 14_000);
     // The next packet 1 us later is paced to the flow's clock.
-    let v = decide(
-        &mut f,
-        &pkt(11_000, 1_000),
-        4 * MULT_ONE,
-        &P,
-        CodelClock::Departure,
-    );
+    let v = paced(&mut f, &pkt(11_000, 1_000), 4 * MULT_ONE);
     assert_eq!(v, Verdict::Pace { tstamp_ns: 14_000 });
     assert_eq!(f.t_next_ns, 18_000);
 }
@@ -56,13 +49,7 @@ fn sparse_flow_is_never_delayed() {
     let mut f = FlowEntry::fresh(1, 0);
     // 10 pps of 100 ns packets at m = 64 (a crowded link): always idle.
     for i in 1..1_000u64 {
-        let v = decide(
-            &mut f,
-            &pkt(i * 100_000_000, 100),
-            64 * MULT_ONE,
-            &P,
-            CodelClock::Departure,
-        );
+        let v = paced(&mut f, &pkt(i * 100_000_000, 100), 64 * MULT_ONE);
         assert_eq!(v, Verdict::Pass, "packet {i}");
     }
 }
@@ -74,10 +61,7 @@ fn socket_departure_time_is_never_pulled_earlier() {
         skb_tstamp_ns: 50_000,
         ..pkt(10_000, 1_000)
     };
-    assert_eq!(
-        decide(&mut f, &p, MULT_ONE, &P, CodelClock::Departure),
-        Verdict::Pass
-    );
+    assert_eq!(paced(&mut f, &p, MULT_ONE), Verdict::Pass);
     assert_eq!(f.t_next_ns, 51_000);
 }
 
@@ -87,7 +71,7 @@ fn beyond_horizon_drops_without_using_a_slot() {
     f.t_next_ns = 1_000 + P.horizon_ns + 1;
     let before = f.t_next_ns;
     assert_eq!(
-        decide(&mut f, &pkt(1_000, 10), MULT_ONE, &P, CodelClock::Departure),
+        paced(&mut f, &pkt(1_000, 10), MULT_ONE),
         Verdict::HorizonDrop
     );
     assert_eq!(f.t_next_ns, before);
@@ -141,15 +125,13 @@ fn a_mark_keeps_the_packet_and_a_drop_does_not_advance_the_clock() {
     let mut f = FlowEntry::fresh(1, 0);
     f.t_next_ns = 30_000_000;
     f.codel.first_above_ns = 1; // above target for long already
-    let v = decide(
+    let v = paced(
         &mut f,
         &Packet {
             ect: true,
             ..pkt(10_000_000, 1_000)
         },
         MULT_ONE,
-        &P,
-        CodelClock::Departure,
     );
     assert_eq!(
         v,
@@ -162,13 +144,7 @@ fn a_mark_keeps_the_packet_and_a_drop_does_not_advance_the_clock() {
     let mut f = FlowEntry::fresh(1, 0);
     f.t_next_ns = 30_000_000;
     f.codel.first_above_ns = 1;
-    let v = decide(
-        &mut f,
-        &pkt(10_000_000, 1_000),
-        MULT_ONE,
-        &P,
-        CodelClock::Departure,
-    );
+    let v = paced(&mut f, &pkt(10_000_000, 1_000), MULT_ONE);
     assert_eq!(v, Verdict::CodelDrop);
     assert_eq!(f.t_next_ns, 30_000_000);
 }
@@ -183,21 +159,12 @@ fn a_flow_an_interval_behind_is_signalled_on_every_packet() {
             ect: true,
             ..pkt(now + i, 1_000)
         };
-        assert!(matches!(
-            decide(&mut f, &p, MULT_ONE, &P, CodelClock::Departure),
-            Verdict::Mark { .. }
-        ));
+        assert!(matches!(paced(&mut f, &p, MULT_ONE), Verdict::Mark { .. }));
     }
     // A retransmission (Not-ECT) of this ECN-capable flow is not
     // signalled for the overload alone.
     assert!(matches!(
-        decide(
-            &mut f,
-            &pkt(now + 9, 1_000),
-            MULT_ONE,
-            &P,
-            CodelClock::Departure
-        ),
+        paced(&mut f, &pkt(now + 9, 1_000), MULT_ONE),
         Verdict::Pace { .. }
     ));
     // A flow that never sent ECT: every packet dropped.
@@ -206,13 +173,7 @@ fn a_flow_an_interval_behind_is_signalled_on_every_packet() {
     for i in 0..5u64 {
         let before = h.t_next_ns;
         assert_eq!(
-            decide(
-                &mut h,
-                &pkt(now + i, 1_000),
-                MULT_ONE,
-                &P,
-                CodelClock::Departure
-            ),
+            paced(&mut h, &pkt(now + i, 1_000), MULT_ONE),
             Verdict::OverloadDrop
         );
         assert_eq!(h.t_next_ns, before);
@@ -221,13 +182,7 @@ fn a_flow_an_interval_behind_is_signalled_on_every_packet() {
     let mut g = FlowEntry::fresh(2, 0);
     g.t_next_ns = now + 90_000_000;
     assert!(matches!(
-        decide(
-            &mut g,
-            &pkt(now, 1_000),
-            MULT_ONE,
-            &P,
-            CodelClock::Departure
-        ),
+        paced(&mut g, &pkt(now, 1_000), MULT_ONE),
         Verdict::Pace { .. }
     ));
 }

@@ -51,7 +51,7 @@ pub mod message;
 mod mirred;
 pub(crate) mod netlink;
 mod order;
-pub mod probe;
+pub(crate) mod probe;
 mod restore;
 mod snapshot;
 mod step;
