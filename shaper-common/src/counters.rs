@@ -71,11 +71,19 @@ pub enum Counter {
     /// Dropped by the overload rule: the flow was more than an interval
     /// behind (part of `AqmDrop`).
     OverloadDrop,
+    /// Dropped by the policer on the link's CoDel (part of `PoliceDrop`).
+    PoliceCodelDrop,
+    /// Dropped by the policer as a flow's early signal, its first since it
+    /// started sending (part of `PoliceDrop`).
+    PoliceEarlyDrop,
+    /// Dropped by the policer's overload rule: the flow was more than an
+    /// interval behind its share (part of `PoliceDrop`).
+    PoliceOverloadDrop,
 }
 
 impl Counter {
     /// Number of counters; the array's size.
-    pub const COUNT: u32 = Counter::OverloadDrop as u32 + 1;
+    pub const COUNT: u32 = Counter::PoliceOverloadDrop as u32 + 1;
 
     /// All counters in index order.
     pub const ALL: [Counter; Counter::COUNT as usize] = [
@@ -106,6 +114,9 @@ impl Counter {
         Counter::CeMarkFailed,
         Counter::CodelDrop,
         Counter::OverloadDrop,
+        Counter::PoliceCodelDrop,
+        Counter::PoliceEarlyDrop,
+        Counter::PoliceOverloadDrop,
     ];
 
     /// Stable snake_case name, used by `shaper status` and exporters.
@@ -138,6 +149,9 @@ impl Counter {
             Counter::CeMarkFailed => "ce_mark_failed",
             Counter::CodelDrop => "codel_drop",
             Counter::OverloadDrop => "overload_drop",
+            Counter::PoliceCodelDrop => "police_codel_drop",
+            Counter::PoliceEarlyDrop => "police_early_drop",
+            Counter::PoliceOverloadDrop => "police_overload_drop",
         }
     }
 }

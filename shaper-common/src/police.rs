@@ -81,11 +81,27 @@ pub enum Action {
     Drop,
 }
 
+/// Which rule dropped a packet; each has its own counter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// CoDel: the link's under [`police_link`], the flow's own under
+    /// [`police`].
+    Codel,
+    /// The early signal of [`police_link`]: the flow's first since it
+    /// started sending.
+    Early,
+    /// The overload rule: the flow was more than an interval behind its
+    /// share.
+    Overload,
+}
+
 /// One decision, with what the caller counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Policed {
     /// The packet's fate.
     pub action: Action,
+    /// The rule behind a drop; `None` unless the packet is dropped.
+    pub drop_reason: Option<DropReason>,
     /// The flow's virtual delay when the packet arrived (after any clamp).
     pub virtual_delay_ns: u64,
     /// The flow's clock had run past the horizon and was pulled back.
@@ -119,15 +135,18 @@ pub fn police(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
     let passed = passed_since_signal(flow);
     let verdict = decide(flow, pkt, mult_q16, p, CodelClock::Decision);
     let signal = match verdict {
-        Verdict::Mark { .. } => Some(Action::Mark),
-        Verdict::CodelDrop | Verdict::OverloadDrop => Some(Action::Drop),
+        // decide's mark does not say which rule asked for it.
+        Verdict::Mark { .. } => Some((Action::Mark, None)),
+        Verdict::CodelDrop => Some((Action::Drop, Some(DropReason::Codel))),
+        Verdict::OverloadDrop => Some((Action::Drop, Some(DropReason::Overload))),
         // Not reached after the clamp; were it, the packet still passes.
         Verdict::Pass | Verdict::Pace { .. } | Verdict::HorizonDrop => None,
     };
-    let Some(action) = signal else {
+    let Some((action, drop_reason)) = signal else {
         set_passed(flow, passed + 1);
         return Policed {
             action: Action::Pass,
+            drop_reason: None,
             virtual_delay_ns,
             clamped,
             withheld: false,
@@ -137,6 +156,7 @@ pub fn police(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
         set_passed(flow, 0);
         return Policed {
             action,
+            drop_reason,
             virtual_delay_ns,
             clamped,
             withheld: false,
@@ -153,6 +173,7 @@ pub fn police(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
     set_passed(flow, passed + 1);
     Policed {
         action: Action::Pass,
+        drop_reason: None,
         virtual_delay_ns,
         clamped,
         withheld: true,
@@ -312,8 +333,18 @@ pub fn police_link(
             },
         );
     }
+    let drop_reason = if action != Action::Drop {
+        None
+    } else if flow_due {
+        Some(DropReason::Overload)
+    } else if early {
+        Some(DropReason::Early)
+    } else {
+        Some(DropReason::Codel)
+    };
     Policed {
         action,
+        drop_reason,
         virtual_delay_ns,
         clamped,
         withheld: wants && !allowed,
@@ -585,6 +616,42 @@ mod tests {
         let hits = ramp(&mut f, &mut link, again, 60);
         assert_eq!(hits.len(), 1, "{hits:?}");
         assert!(hits[0] - again <= 14 * MS, "{} ns", hits[0] - again);
+    }
+
+    #[test]
+    fn every_drop_names_its_rule_and_nothing_else_names_one() {
+        // A lone flow at 1.5 C: the early signal at target, the link's
+        // CoDel after an interval, and once the flow is an interval behind
+        // its share (300 packets in) the overload rule.
+        let p = params(false);
+        let (mut f, mut link) = (FlowEntry::default(), LinkState::default());
+        let reasons: Vec<Option<DropReason>> = (0..900u64)
+            .map(|i| {
+                police_link(
+                    &mut f,
+                    &mut link,
+                    &pkt(1_000 * MS + i * MS * 2 / 3, MS, false),
+                    MULT_ONE,
+                    1,
+                    &p,
+                )
+            })
+            .inspect(|r| assert_eq!(r.drop_reason.is_some(), r.action == Action::Drop, "{r:?}"))
+            .map(|r| r.drop_reason)
+            .filter(Option::is_some)
+            .collect();
+        assert_eq!(
+            reasons.first(),
+            Some(&Some(DropReason::Early)),
+            "{reasons:?}"
+        );
+        let count = |want| reasons.iter().filter(|&&r| r == Some(want)).count();
+        assert_eq!(count(DropReason::Early), 1, "{reasons:?}");
+        assert!(count(DropReason::Codel) > 0, "{reasons:?}");
+        assert!(count(DropReason::Overload) > 0, "{reasons:?}");
+        // Marks name no drop rule.
+        let out = link_run(&[500, 10_000], 2, true);
+        assert!(out.iter().flatten().all(|r| r.drop_reason.is_none()));
     }
 
     #[test]

@@ -19,7 +19,7 @@ use aya_ebpf::{macros::classifier, programs::TcContext};
 use shaper_common::{
     counters::Counter,
     fair::Packet,
-    police::Action,
+    police::{Action, DropReason},
     rate::wire_len_bytes,
     shared::{account, police_step},
 };
@@ -100,6 +100,14 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
     }
     if r.action == Action::Drop {
         count(Counter::PoliceDrop, 1);
+        count(
+            match r.drop_reason {
+                Some(DropReason::Early) => Counter::PoliceEarlyDrop,
+                Some(DropReason::Overload) => Counter::PoliceOverloadDrop,
+                Some(DropReason::Codel) | None => Counter::PoliceCodelDrop,
+            },
+            1,
+        );
         return Ok(TC_ACT_SHOT);
     }
     // The accepted traffic of this epoch, as on egress.

@@ -305,11 +305,15 @@ pub fn counters(ebpf: &Ebpf) -> Result<CounterSnapshot, AttachError> {
 /// One line on what the policer did.
 pub fn summary(counts: &CounterSnapshot) -> String {
     format!(
-        "shaper: ingress police: {} packets, {} CE-marked, {} dropped, {} signals withheld by \
-         the one-in-four cap, {} clocks pulled back to the horizon",
+        "shaper: ingress police: {} packets, {} CE-marked, {} dropped ({} by the link's CoDel, \
+         {} early signals, {} by the overload rule), {} signals withheld by the one-in-four \
+         cap, {} clocks pulled back to the horizon",
         counts[Counter::Packets],
         counts[Counter::CeMarked],
         counts[Counter::PoliceDrop],
+        counts[Counter::PoliceCodelDrop],
+        counts[Counter::PoliceEarlyDrop],
+        counts[Counter::PoliceOverloadDrop],
         counts[Counter::PoliceWithheld],
         counts[Counter::PoliceClamped],
     )

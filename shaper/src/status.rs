@@ -304,10 +304,14 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
             let get = |c: Counter| counters[c];
             let _ = writeln!(
                 s,
-                "    packets {}, ce_marked {}, police_drop {}, police_withheld {}, police_clamped {}",
+                "    packets {}, ce_marked {}, police_drop {} (codel {}, early {}, overload {}), \
+                 police_withheld {}, police_clamped {}",
                 get(Counter::Packets),
                 get(Counter::CeMarked),
                 get(Counter::PoliceDrop),
+                get(Counter::PoliceCodelDrop),
+                get(Counter::PoliceEarlyDrop),
+                get(Counter::PoliceOverloadDrop),
                 get(Counter::PoliceWithheld),
                 get(Counter::PoliceClamped)
             );

@@ -141,6 +141,7 @@ fn a_flow_a_target_behind_its_share_takes_the_early_signal_at_once() {
     assert_eq!(h.run(&p.bytes, None).retval, DROP, "the fourth packet");
     let after = h.counts();
     assert_eq!(counted(&before, &after, Counter::PoliceDrop), 1);
+    assert_eq!(counted(&before, &after, Counter::PoliceEarlyDrop), 1);
     assert_ne!(
         set0(&h).ways[way].flags & FLOW_EARLY_DONE,
         0,
@@ -208,6 +209,7 @@ fn an_overloaded_link_drops_a_non_ect_flow_above_its_share() {
             (Counter::Ipv4, 1),
             (Counter::Udp, 1),
             (Counter::PoliceDrop, 1),
+            (Counter::PoliceCodelDrop, 1),
         ],
     );
     assert_eq!(

@@ -18,7 +18,8 @@ pub struct VerdictCounts {
     /// Dropped by the AQM (not ECN-capable): by CoDel or the overload rule,
     /// or by the policer.
     pub aqm_drop: u64,
-    /// Of `aqm_drop`, the fair pacer's drops by the overload rule.
+    /// Of `aqm_drop`, the drops by the overload rule (the fair pacer's or
+    /// the policer's).
     pub overload_drop: u64,
     /// Dropped beyond the horizon.
     pub horizon_drop: u64,

@@ -13,7 +13,7 @@
 //! nothing), GRO, the policer's CPU.
 
 use shaper_common::fair::{EPOCH_SHIFT, Packet, count_active, count_backlogged};
-use shaper_common::police::{Action, police};
+use shaper_common::police::{Action, DropReason, police};
 use shaper_common::shared::{account, join, police_step, roll_epoch};
 
 use super::super::PoliceRule;
@@ -122,7 +122,12 @@ impl Sim<'_> {
             Action::Pass if r.virtual_delay_ns == 0 => v.pass += 1,
             Action::Pass => v.paced += 1,
             Action::Mark => v.mark += 1,
-            Action::Drop => v.aqm_drop += 1,
+            Action::Drop => {
+                v.aqm_drop += 1;
+                if r.drop_reason == Some(DropReason::Overload) {
+                    v.overload_drop += 1;
+                }
+            }
         }
         let rtt = f.source.rtt_ns();
         if r.action == Action::Drop {
