@@ -105,6 +105,25 @@ pub const INGRESS_IFB: &str = "ifb4wan0";
 pub const POLICER_BURST: Duration = Duration::from_millis(10);
 
 impl State {
+    /// Whether a shaper state shapes the download with the pacer on an IFB:
+    /// it shapes the download (`ShaperIngress`, or `--ingress-rate` among a
+    /// `Shaper`'s arguments) in the default mode or with `--ingress-mode
+    /// ifb`.
+    pub fn shapes_download_on_ifb(&self) -> bool {
+        let (shapes_download, args) = match self {
+            State::ShaperIngress { extra_args, .. } => (true, extra_args),
+            State::Shaper { extra_args, .. } => {
+                (extra_args.iter().any(|a| a == "--ingress-rate"), extra_args)
+            }
+            _ => return false,
+        };
+        let mode = args
+            .iter()
+            .position(|a| a == "--ingress-mode")
+            .and_then(|i| args.get(i + 1));
+        shapes_download && mode.is_none_or(|m| m == "ifb")
+    }
+
     /// A short description for logs, e.g. `cake 50Mbit`.
     pub fn name(&self) -> String {
         match self {
@@ -468,7 +487,9 @@ impl AppliedState<'_> {
 
     /// The shaper's counters by name (`paced`, `ce_marked`, `aqm_drop`, ...),
     /// from `shaper status --iface wan0 --json`: one JSON object whose
-    /// `counters` member maps names to numbers.
+    /// `counters` member maps names to numbers. Where the download is
+    /// shaped on an IFB, the IFB's pacer's counters follow as `ifb.<name>`
+    /// (`ifb.codel_drop`, `ifb.fair.mult_q16`, ...).
     pub fn counters(&self) -> Result<BTreeMap<String, u64>, LabError> {
         if let Some(part) = self.parts.iter().find(|p| p.shaper.is_some()) {
             return part.counters();
@@ -480,14 +501,26 @@ impl AppliedState<'_> {
             });
         };
         let bin = bin.display().to_string();
-        let dev = self.tb.wan_dev();
-        let out = self
-            .tb
-            .run(Host::Router, &bin, &["status", "--iface", dev, "--json"])?;
-        parse_counters(&out).map_err(|detail| LabError::Parse {
-            command: format!("{bin} status --iface {dev} --json"),
-            detail,
-        })
+        let wan = self.tb.wan_dev();
+        let read = |dev: &str| {
+            let out = self
+                .tb
+                .run(Host::Router, &bin, &["status", "--iface", dev, "--json"])?;
+            parse_counters(&out).map_err(|detail| LabError::Parse {
+                command: format!("{bin} status --iface {dev} --json"),
+                detail,
+            })
+        };
+        let mut counters = read(wan)?;
+        if self.state.shapes_download_on_ifb() {
+            let ifb = crate::ifb::name_for(wan);
+            counters.extend(
+                read(&ifb)?
+                    .into_iter()
+                    .map(|(k, v)| (format!("ifb.{k}"), v)),
+            );
+        }
+        Ok(counters)
     }
 
     /// The pid of `shaper run` (shaper states only).
@@ -670,6 +703,32 @@ mod tests {
             p.get("ingress.program.shaper_police.run_time_ns"),
             Some(&300)
         );
+    }
+
+    #[test]
+    fn only_a_download_shaped_in_ifb_mode_has_ifb_counters() {
+        let rate: Rate = "20mbit".parse().expect("rate");
+        let args = |a: &[&str]| a.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+        let ingress = |a: &[&str]| State::ShaperIngress {
+            bin: PathBuf::from("shaper"),
+            rate,
+            extra_args: args(a),
+        };
+        let both = |a: &[&str]| State::Shaper {
+            bin: PathBuf::from("shaper"),
+            rate,
+            extra_args: args(a),
+        };
+        assert!(ingress(&[]).shapes_download_on_ifb());
+        assert!(ingress(&["--ingress-mode", "ifb"]).shapes_download_on_ifb());
+        assert!(!ingress(&["--ingress-mode", "police"]).shapes_download_on_ifb());
+        assert!(both(&["--ingress-rate", "20mbit"]).shapes_download_on_ifb());
+        assert!(
+            !both(&["--ingress-rate", "20mbit", "--ingress-mode", "police"])
+                .shapes_download_on_ifb()
+        );
+        assert!(!both(&[]).shapes_download_on_ifb());
+        assert!(!State::CakeIngress { rate }.shapes_download_on_ifb());
     }
 
     #[test]
