@@ -77,8 +77,11 @@
 //! Units: nanoseconds per packet (f64), fractions of measured packets
 //! (0..=1), rates in bytes per second, frame lengths in bytes.
 //!
-//! Non-goals: throughput under concurrency (one CPU, one call at a time),
-//! the cost of sch_fq or the rest of the stack, IPv6 and VLAN parsing costs
+//! The same paced mix from two CPUs at once is `concurrency`'s (the
+//! module's header has its method).
+//!
+//! Non-goals: throughput under concurrency (each figure is CPU time per
+//! packet), the cost of sch_fq or the rest of the stack, IPv6 and VLAN parsing costs
 //! (one IPv4/TCP frame shape), and absolute comparability across machines.
 
 use std::{
@@ -93,12 +96,13 @@ use shaper_common::{
     counters::Counter,
     rate::{MAX_RATE_BYTES_PER_S, ScaledRate},
 };
-use tracing::info;
+use tracing::{info, warn};
 
 pub use super::loaded::BenchError;
 
 pub use super::measure::{HostOptions, PathResult};
 use super::{
+    concurrency::{self, ConcurrencyReport},
     frames::{Ecn, tcp_frame},
     loaded::{Bench, Prog, ProgramSize},
     measure::{Measured, PathSpec, rate_for, result, single_calls, spread},
@@ -145,6 +149,9 @@ pub struct HostReport {
     pub police_ns_per_packet: f64,
     /// The difference: what pacing adds.
     pub pacer_ns_per_packet: f64,
+    /// The paced mix from one CPU and from two at once (`concurrency`);
+    /// `None` on a machine with one CPU.
+    pub concurrency: Option<ConcurrencyReport>,
     /// The aggregate pacer on the same tuples, paced: the anchor
     /// (`aggregate_flow_mix_10k`).
     pub aggregate_ns_per_packet: f64,
@@ -305,6 +312,17 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     b.prepare(rate, |_| {})?;
     let mix = flow_mix(&b, Prog::Egress, &frames, opts, rate, Some(tx_ns), mix_pass)?;
     info!(ns = mix.ns_per_packet, "flow mix, paced");
+    // The same mix from two CPUs at once, against one alone.
+    b.prepare(rate, |_| {})?;
+    let concurrency = concurrency::run(&b, &frames, opts.rounds, opts.mix_repeat, tx_ns)?;
+    match &concurrency {
+        Some(c) => info!(
+            one = c.ns_per_packet_1cpu,
+            two = c.ns_per_packet_2cpu,
+            "flow mix, paced, one CPU and two at once"
+        ),
+        None => warn!("one CPU: the mix from two CPUs at once is not measured"),
+    }
     // The same with telemetry at its default sampling (`shaper run`'s
     // default): the records fit the ring, so each costs its full write.
     b.prepare(rate, |c| {
@@ -365,6 +383,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
             f64::NAN
         },
         police_ns_per_packet: police_ns,
+        concurrency,
         passthrough_hot_ns_per_packet: passthrough_hot,
         verdict_fractions: mix.verdicts.clone(),
         helpers,

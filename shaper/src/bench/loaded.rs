@@ -8,7 +8,10 @@
 //!
 //! Non-goals: measuring; `host` times the calls.
 
-use std::{collections::BTreeMap, os::fd::AsFd};
+use std::{
+    collections::BTreeMap,
+    os::fd::{AsFd, BorrowedFd},
+};
 
 use aya::{
     Ebpf,
@@ -81,6 +84,18 @@ pub enum BenchError {
     /// Counting helper calls failed.
     #[error("counting helper calls")]
     Calls(#[from] CallsError),
+    /// A measuring thread could not be pinned to its CPU.
+    #[error("pinning a measuring thread to CPU {cpu}")]
+    Pin {
+        /// The CPU.
+        cpu: usize,
+        /// The kernel's answer.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A measuring thread panicked.
+    #[error("a measuring thread panicked")]
+    ThreadPanicked,
 }
 
 /// Counter totals of one moment.
@@ -240,14 +255,24 @@ impl Bench {
         sizes
     }
 
+    /// The descriptor `BPF_PROG_TEST_RUN` runs `prog` by, for threads of
+    /// their own.
+    pub(super) fn fd(&self, prog: Prog) -> BorrowedFd<'_> {
+        match prog {
+            Prog::Egress => self.egress.as_fd(),
+            Prog::Pass => self.pass.as_fd(),
+            Prog::Police => self.police.as_fd(),
+        }
+    }
+
     /// Runs `frame` `repeat` times; the call's total kernel-measured ns.
     pub(super) fn call(&self, prog: Prog, frame: &[u8], repeat: u32) -> Result<f64, BenchError> {
-        let (fd, name) = match prog {
-            Prog::Egress => (self.egress.as_fd(), EGRESS_PROGRAM),
-            Prog::Pass => (self.pass.as_fd(), PASSTHROUGH_PROGRAM),
-            Prog::Police => (self.police.as_fd(), POLICE_PROGRAM),
+        let name = match prog {
+            Prog::Egress => EGRESS_PROGRAM,
+            Prog::Pass => PASSTHROUGH_PROGRAM,
+            Prog::Police => POLICE_PROGRAM,
         };
-        let out = run_skb(fd, frame, None, repeat)
+        let out = run_skb(self.fd(prog), frame, None, repeat)
             .map_err(|source| BenchError::TestRun { prog: name, source })?;
         Ok(f64::from(out.duration_ns) * f64::from(repeat.max(1)))
     }

@@ -29,6 +29,9 @@
 //! naming the guest's kernel, when the host's was refused),
 //! `helper_calls.<path>.<helper>`,
 //! `programs.<name>.{xlated_insns, verified_insns}`,
+//! `concurrency.{ns_per_packet_1cpu, ns_per_packet_2cpu, ratio, ...}` (the
+//! paced mix from one CPU and from two at once, [`concurrency`]; null on
+//! one CPU),
 //! `kernel_release`, ...), and `vm`
 //! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress}` for
 //! the download, each the median over `--state-reps` interleaved runs of
@@ -56,6 +59,7 @@
 
 mod calls;
 pub mod cases;
+pub mod concurrency;
 pub mod cpu_bound;
 pub mod frames;
 pub mod host;
@@ -456,6 +460,18 @@ fn host_table(doc: &Value) -> String {
         "  ingress policer (10k-flow mix, overloaded) {:>7} ns/pkt\n",
         num(doc, "police_ns_per_packet")
     ));
+    s.push_str(&match doc.get("concurrency").filter(|c| !c.is_null()) {
+        Some(c) => format!(
+            "  fair pacer (10k-flow mix, paced) from one CPU {:>7} ns/pkt, from two at once \
+             {:>7} ns/pkt, {}×\n",
+            num(c, "ns_per_packet_1cpu"),
+            num(c, "ns_per_packet_2cpu"),
+            c.get("ratio")
+                .and_then(Value::as_f64)
+                .map_or_else(|| "-".to_owned(), |r| format!("{r:.2}")),
+        ),
+        None => "  fair pacer from two CPUs at once: not measured (one CPU)\n".to_owned(),
+    });
     s.push_str(
         &match doc.get("helper_calls_per_packet").and_then(Value::as_f64) {
             Some(n) => format!("  helper calls per packet (10k-flow mix, paced) {n:.2}\n"),
