@@ -96,8 +96,13 @@ pub const EPOCH_NS: u64 = 1 << EPOCH_SHIFT;
 /// right for flows with deep queues.
 pub const EPOCH_RING: usize = 16;
 
-/// State shared by all CPUs. One entry; 4320 bytes: the words that every
-/// packet reads or writes, then the committed flows' ring.
+/// State shared by all CPUs. One entry; 4384 bytes. First the words every
+/// packet reads and only an epoch change (or a join) writes, then
+/// [`FairState::_apart`], then the words packets write (the epoch ring, the
+/// counts, the committed flows' ring). A cache line that one CPU writes is
+/// taken from every other CPU's cache, so were the read words on a line
+/// that packets write, each CPU would miss them on nearly every packet
+/// while another CPU sends (the benchmark's `concurrency`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FairState {
@@ -106,23 +111,19 @@ pub struct FairState {
     pub epoch: u64,
     /// The fair-share multiplier `m`, Q16; read on every packet.
     pub mult_q16: u64,
-    /// Transmission time (at the aggregate rate) of the packets scheduled
-    /// to depart in each epoch of the ring, indexed by `epoch % EPOCH_RING`.
-    pub scheduled_ns: [u64; EPOCH_RING],
+    /// The feedback's own multiplier, Q16: what the CSFQ update and the cap
+    /// give, before the committed flows' floor. `mult_q16` is the larger of
+    /// the two, so the floor lifts the share only while it holds.
+    pub mult_feedback_q16: u64,
     /// Epoch updates run, for the controller's view.
     pub updates: u64,
     /// Moving average of the finished epochs' accepted time (weight 1/4
     /// per epoch), what the multiplier update uses.
     pub scheduled_avg_ns: u64,
-    /// Flows paced at least once in the epoch in progress.
-    pub backlogged_now: u64,
     /// A slowly forgetting maximum of the past epochs' counts, in Q8: the
     /// larger of the last count and this value less 1/16, per epoch. A flow
     /// that dips for a few epochs and returns is no join.
     pub backlogged_ref_q8: u64,
-    /// Flows that sent a packet in the activity window in progress
-    /// ([`ACTIVE_WINDOW_SHIFT`]).
-    pub active_now: u64,
     /// Flows that sent a packet in the last finished activity window (0
     /// when that window saw no packet); with `active_now` it caps the
     /// multiplier ([`mult_cap`]).
@@ -130,12 +131,20 @@ pub struct FairState {
     /// The clock slot up to which the committed count is expired
     /// ([`crate::committed`]).
     pub clock_slot: u64,
+    /// Unused: 64 bytes between the words above and those below, so no
+    /// cache line holds both, wherever the map places the value (8-byte
+    /// aligned).
+    pub _apart: [u64; 8],
+    /// Transmission time (at the aggregate rate) of the packets scheduled
+    /// to depart in each epoch of the ring, indexed by `epoch % EPOCH_RING`.
+    pub scheduled_ns: [u64; EPOCH_RING],
+    /// Flows paced at least once in the epoch in progress.
+    pub backlogged_now: u64,
+    /// Flows that sent a packet in the activity window in progress
+    /// ([`ACTIVE_WINDOW_SHIFT`]).
+    pub active_now: u64,
     /// Flows whose clock lies beyond `clock_slot`: the multiplier's floor.
     pub committed: u64,
-    /// The feedback's own multiplier, Q16: what the CSFQ update and the cap
-    /// give, before the committed flows' floor. `mult_q16` is the larger of
-    /// the two, so the floor lifts the share only while it holds.
-    pub mult_feedback_q16: u64,
     /// Transmission time (at the aggregate rate) of the packets passed
     /// unpaced since the last epoch change: the traffic of flows below
     /// their share, which with the committed flows tells whether the link
@@ -145,7 +154,11 @@ pub struct FairState {
     pub clock_counts: [u64; CLOCK_SLOTS],
 }
 
-const _: () = assert!(core::mem::size_of::<FairState>() == 4320);
+const _: () = assert!(core::mem::size_of::<FairState>() == 4384);
+const _: () = assert!(
+    core::mem::offset_of!(FairState, scheduled_ns) - core::mem::offset_of!(FairState, clock_slot)
+        >= 64 + 8
+);
 const _: () = assert!(1 << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT) == committed::SLOTS_PER_EPOCH);
 
 impl FairState {
@@ -189,6 +202,7 @@ impl Default for FairState {
             active_now: 0,
             active_last: 0,
             clock_slot: 0,
+            _apart: [0; 8],
             committed: 0,
             mult_feedback_q16: MULT_ONE,
             unpaced_ns: 0,
