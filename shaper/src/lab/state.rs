@@ -65,6 +65,16 @@ pub enum State {
         /// Appended to `shaper run`, e.g. `["--pacer", "aggregate"]`.
         extra_args: Vec<String>,
     },
+    /// The split that one CAKE per TX queue makes: `mq` at `wan0`'s root,
+    /// and under it on each of `queues` queues a CAKE at `rate / queues`,
+    /// besteffort, flow isolation (the shaper's fairness, so the two differ
+    /// only in how the rate is shared across queues).
+    CakeSplit {
+        /// The rate of all queues together.
+        rate: Rate,
+        /// TX queues of `wan0`.
+        queues: u32,
+    },
     /// Download shaping as sqm-scripts does it: `wan0`'s ingress redirected
     /// to an IFB (`ifb4wan0`) with CAKE at `rate` in `ingress` mode,
     /// besteffort.
@@ -136,6 +146,7 @@ impl State {
             State::Shaper {
                 rate, extra_args, ..
             } => format!("shaper {rate} {}", extra_args.join(" ")),
+            State::CakeSplit { rate, queues } => format!("cake-split {rate} over {queues} queues"),
             State::CakeIngress { rate } => format!("cake-ingress {rate}"),
             State::Policer { rate } => format!("policer {rate}"),
             State::ShaperIngress {
@@ -168,6 +179,7 @@ impl State {
             | State::FqCodel { rate }
             | State::Shaper { rate, .. }
             | State::CakeIngress { rate }
+            | State::CakeSplit { rate, .. }
             | State::Policer { rate }
             | State::ShaperIngress { rate, .. } => Some(*rate),
             State::Stack(parts) => parts.iter().find_map(State::rate),
@@ -192,6 +204,32 @@ impl State {
                     &tc_rate(*rate),
                     "besteffort",
                 ])?;
+            }
+            State::CakeSplit { rate, queues } => {
+                let router = tb.ns(Host::Router);
+                let n = (*queues).max(1);
+                let each = Rate::from_bits_per_s(rate.bits_per_s() / u64::from(n)).ok_or(
+                    LabError::Unsupported {
+                        operation: "a CAKE per queue at this rate",
+                        state: self.name(),
+                    },
+                )?;
+                router.tc(&["qdisc", "replace", "dev", dev, "root", "handle", "1:", "mq"])?;
+                for q in 1..=n {
+                    router.tc(&[
+                        "qdisc",
+                        "replace",
+                        "dev",
+                        dev,
+                        "parent",
+                        &format!("1:{q:x}"),
+                        "cake",
+                        "bandwidth",
+                        &tc_rate(each),
+                        "besteffort",
+                        "flows",
+                    ])?;
+                }
             }
             State::FqCodel { rate } => {
                 let router = tb.ns(Host::Router);
@@ -474,7 +512,10 @@ impl AppliedState<'_> {
                 ])?;
                 *rate = new;
             }
-            State::Policer { .. } | State::ShaperIngress { .. } | State::Stack(_) => {
+            State::Policer { .. }
+            | State::ShaperIngress { .. }
+            | State::CakeSplit { .. }
+            | State::Stack(_) => {
                 return Err(LabError::Unsupported {
                     operation: "set_rate",
                     state: self.state.name(),
@@ -566,7 +607,7 @@ impl AppliedState<'_> {
         let router = self.tb.ns(Host::Router);
         match &self.state {
             State::None => Ok(()),
-            State::Cake { .. } | State::FqCodel { .. } => {
+            State::Cake { .. } | State::FqCodel { .. } | State::CakeSplit { .. } => {
                 router.tc(&["qdisc", "del", "dev", dev, "root"]).map(drop)
             }
             State::Policer { .. } => router

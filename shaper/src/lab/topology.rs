@@ -239,6 +239,9 @@ pub struct TestbedOptions {
     /// Sets `net.ipv4.tcp_ecn=1` on the clients and the server, so TCP
     /// negotiates ECN (the kernel default 2 only accepts it).
     pub ecn: bool,
+    /// TX (and RX) queues of the WAN veth, both ends: more than one makes
+    /// `wan0` a multi-queue device, as a router's NIC is.
+    pub wan_queues: u32,
 }
 
 impl Default for TestbedOptions {
@@ -253,6 +256,7 @@ impl Default for TestbedOptions {
             wan_link: None,
             gso: true,
             ecn: false,
+            wan_queues: 1,
         }
     }
 }
@@ -309,8 +313,12 @@ impl Testbed {
         // One `ip -batch` for the namespaces and the veths between them.
         let mut script: Vec<String> = names.iter().map(|n| format!("netns add {n}")).collect();
         for (host, dev, rdev) in LINKS {
+            let queues = match (host, options.wan_queues) {
+                (Host::Server, n) if n > 1 => format!(" numtxqueues {n} numrxqueues {n}"),
+                _ => String::new(),
+            };
             script.push(format!(
-                "link add name {dev} netns {} type veth peer name {rdev} netns {}",
+                "link add name {dev} netns {}{queues} type veth peer name {rdev} netns {}{queues}",
                 names[host.index()],
                 names[Host::Router.index()]
             ));
