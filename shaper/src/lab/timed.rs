@@ -48,7 +48,7 @@ use std::{
 
 use super::{
     LabError,
-    topology::{Host, Testbed},
+    topology::{Host, Testbed, enter_netns},
 };
 use crate::rate::Rate;
 
@@ -199,7 +199,7 @@ pub fn run_timed(tb: &Testbed, plan: &TimedPlan, t0: Instant) -> Result<TimedRes
     let end = plan.end();
     let server = SocketAddrV4::new(Host::Server.addr(), PORT);
     let (ready_tx, ready_rx) = mpsc::channel();
-    let server_ns = netns_file(tb, Host::Server)?;
+    let server_ns = tb.netns_file(Host::Server)?;
     let flows = plan.bulk.len();
     let senders_done = Arc::new(AtomicBool::new(false));
     let done = Arc::clone(&senders_done);
@@ -211,10 +211,10 @@ pub fn run_timed(tb: &Testbed, plan: &TimedPlan, t0: Instant) -> Result<TimedRes
         .map_err(|e| io_error("listening on", &server.to_string(), e))?;
     let mut senders: Vec<JoinHandle<Result<Vec<Transfer>, std::io::Error>>> = Vec::new();
     for (id, f) in plan.bulk.iter().enumerate() {
-        let (ns, f) = (netns_file(tb, f.from)?, *f);
+        let (ns, f) = (tb.netns_file(f.from)?, *f);
         let id = u32::try_from(id).map_err(|_| invalid("too many flows"))?;
         senders.push(thread::spawn(move || {
-            enter(&ns)?;
+            enter_netns(&ns)?;
             let (start, stop) = (t0 + f.start, t0 + f.stop);
             match f.udp {
                 None => send_bulk(server, id, start, stop),
@@ -224,9 +224,9 @@ pub fn run_timed(tb: &Testbed, plan: &TimedPlan, t0: Instant) -> Result<TimedRes
         }));
     }
     if let Some(s) = plan.short {
-        let ns = netns_file(tb, s.from)?;
+        let ns = tb.netns_file(s.from)?;
         senders.push(thread::spawn(move || {
-            enter(&ns)?;
+            enter_netns(&ns)?;
             send_short(server, s, t0)
         }));
     }
@@ -264,23 +264,6 @@ fn io_error(what: &'static str, path: &str, source: std::io::Error) -> LabError 
         what,
         path: path.to_owned(),
         source,
-    }
-}
-
-fn netns_file(tb: &Testbed, host: Host) -> Result<File, LabError> {
-    let path = format!("/run/netns/{}", tb.ns(host).name());
-    File::open(&path).map_err(|e| io_error("opening", &path, e))
-}
-
-/// Moves the calling thread into the network namespace `ns`.
-fn enter(ns: &File) -> std::io::Result<()> {
-    // SAFETY: setns takes an open namespace fd and a flag; it changes only
-    // the calling thread's namespace and touches no memory of ours.
-    let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 
@@ -375,7 +358,7 @@ fn receive(
     senders_done: Arc<AtomicBool>,
     ready: mpsc::Sender<std::io::Result<()>>,
 ) -> std::io::Result<TimedResult> {
-    let bound = enter(&ns).and_then(|()| {
+    let bound = enter_netns(&ns).and_then(|()| {
         let listener = TcpListener::bind(at)?;
         let udp = UdpSocket::bind(at)?;
         set_rcvbuf_force(&udp)?;

@@ -49,7 +49,9 @@
 //! Non-goals: IPv6, more hosts, real NICs.
 
 use std::{
+    fs::File,
     net::Ipv4Addr,
+    os::fd::AsRawFd,
     path::Path,
     process::Command,
     sync::atomic::{AtomicU32, Ordering},
@@ -478,6 +480,16 @@ impl Testbed {
         &self.ns[host.index()]
     }
 
+    /// The namespace file of `host`, for a thread to enter ([`enter_netns`]).
+    pub(crate) fn netns_file(&self, host: Host) -> Result<File, LabError> {
+        let path = format!("/run/netns/{}", self.ns(host).name());
+        File::open(&path).map_err(|source| LabError::Io {
+            what: "opening",
+            path,
+            source,
+        })
+    }
+
     /// A command running `program` on `host`.
     pub fn command(&self, host: Host, program: &str) -> Command {
         self.ns(host).command(program)
@@ -507,5 +519,17 @@ impl Drop for Testbed {
             Ok(_) => self.ns.iter_mut().for_each(|n| n.deleted = true),
             Err(e) => warn!("deleting the testbed's namespaces in one batch: {e}"),
         }
+    }
+}
+
+/// Moves the calling thread into the network namespace `ns`.
+pub(crate) fn enter_netns(ns: &File) -> std::io::Result<()> {
+    // SAFETY: setns takes an open namespace fd and a flag; it changes only
+    // the calling thread's namespace and touches no memory of ours.
+    let rc = unsafe { libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
     }
 }
