@@ -33,10 +33,12 @@
 //! kernels); elsewhere it skips with a reason, and under
 //! `SHAPER_REQUIRE_FULL_KERNEL=1` a skip fails.
 //!
+//! On Linux ≥ 7.0 upstream cake_mq at the same rate runs beside them
+//! (`State::CakeMq`), printed likewise.
+//!
 //! Not covered: RPS on or off and senders left unpinned (every flow here
-//! is steered, or hashed, by the router), more vCPUs than the VM's two,
-//! and upstream cake_mq (Linux ≥ 7.0, which this Debian's `tc` cannot
-//! configure).
+//! is steered, or hashed, by the router), and more vCPUs than the VM's
+//! two.
 
 use shaper::{
     lab::{FlowSpec, Host, RunResult, Scenario, State, Testbed, TestbedOptions},
@@ -138,6 +140,31 @@ fn split() -> State {
     }
 }
 
+/// Upstream cake_mq where the kernel has it (Linux ≥ 7.0; this Debian's
+/// `tc` cannot configure it, the lab sends the request itself).
+fn cake_mq() -> Option<State> {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let major: u32 = release
+        .split('.')
+        .next()
+        .and_then(|m| m.trim().parse().ok())
+        .unwrap_or(0);
+    (major >= 7).then(|| State::CakeMq { rate: rate() })
+}
+
+/// cake_mq's figures for a case, where the kernel has it: `describe` of
+/// its run, or nothing.
+fn with_cake_mq(
+    tb: &Testbed,
+    flows: Vec<FlowSpec>,
+    rules: &[(Host, u32)],
+    describe: impl Fn(&RunResult) -> String,
+) -> String {
+    cake_mq()
+        .map(|s| format!("; cake_mq {}", describe(&run(tb, s, flows, rules))))
+        .unwrap_or_default()
+}
+
 fn streams(r: &RunResult) -> Vec<f64> {
     r.flows
         .iter()
@@ -156,6 +183,7 @@ fn case_a(tb: &Testbed) -> Verdict {
     let rules = [(Host::Client, 2)];
     let flows = || vec![FlowSpec::tcp(Host::Client, 1)];
     let anchor = run(tb, split(), flows(), &rules);
+    let mq = with_cake_mq(tb, flows(), &rules, |r| format!("{:.3}", r.ratio(rate())));
     let round = || {
         let root = run(tb, cake(), flows(), &rules).ratio(rate());
         let ours = run(tb, shaper(), flows(), &rules);
@@ -165,7 +193,7 @@ fn case_a(tb: &Testbed) -> Verdict {
             g >= floor,
             format!(
                 "(a) one flow on queue 2: shaper goodput {g:.3} of the rate (needs ≥ {floor:.3}); \
-                 one CAKE at the root {root:.3}; a CAKE per queue {:.3}",
+                 one CAKE at the root {root:.3}; a CAKE per queue {:.3}{mq}",
                 anchor.ratio(rate())
             ),
         )
@@ -203,6 +231,14 @@ fn fractions(v: &[f64]) -> String {
 fn case_b(tb: &Testbed) -> Verdict {
     let flows = || vec![FlowSpec::tcp(Host::Client, 8)];
     let anchor = run(tb, split(), flows(), &[]);
+    let mq = with_cake_mq(tb, flows(), &[], |r| {
+        format!(
+            "{:.3}, each 1 s {}, Mbit/s {}",
+            r.ratio(rate()),
+            fractions(&interval_ratios(r)),
+            mbit(&streams(r))
+        )
+    });
     let round = || {
         let root = interval_ratios(&run(tb, cake(), flows(), &[]));
         let ours = run(tb, shaper(), flows(), &[]);
@@ -216,7 +252,7 @@ fn case_b(tb: &Testbed) -> Verdict {
                 "(b) 8 flows hashed over {QUEUES} queues: shaper goodput {:.3}, each 1 s {} of \
                  the rate (needs ≤ {SUM_BOUND}), least flow {least:.2} of an equal share (needs \
                  ≥ {FLOW_SHARE}), Mbit/s {}; one CAKE at the root, each 1 s {}; a CAKE per queue \
-                 {:.3}, Mbit/s {}",
+                 {:.3}, Mbit/s {}{mq}",
                 ours.ratio(rate()),
                 fractions(&seconds),
                 mbit(&s),
@@ -239,6 +275,15 @@ fn case_c(tb: &Testbed) -> Verdict {
     };
     let anchor = run(tb, split(), flows(), &rules);
     let jain = |v: &[f64]| shaper::lab::stats::jain(v).unwrap_or(0.0);
+    let mq = with_cake_mq(tb, flows(), &rules, |r| {
+        let s = streams(r);
+        format!(
+            "Jain {:.3}, goodput {:.3}, Mbit/s {}",
+            jain(&s),
+            r.ratio(rate()),
+            mbit(&s)
+        )
+    });
     let round = || {
         let root = run(tb, cake(), flows(), &rules);
         let ours = run(tb, shaper(), flows(), &rules);
@@ -250,7 +295,7 @@ fn case_c(tb: &Testbed) -> Verdict {
             format!(
                 "(c) 1 flow on queue 0, 8 on queue 1: shaper Jain {j:.3} over 9 flows (needs ≥ \
                  {JAIN_BAR}), goodput {:.3}, Mbit/s {}; one CAKE at the root Jain {:.3}, \
-                 goodput {:.3}; a CAKE per queue Jain {:.3}, goodput {:.3}, Mbit/s {}",
+                 goodput {:.3}; a CAKE per queue Jain {:.3}, goodput {:.3}, Mbit/s {}{mq}",
                 ours.ratio(rate()),
                 mbit(&s),
                 jain(&streams(&root)),

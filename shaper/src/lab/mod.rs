@@ -48,6 +48,7 @@
 //! make absolute figures meaningful under emulation (compare states measured
 //! in the same run instead).
 
+pub mod cake_mq;
 pub mod cases;
 pub mod cli;
 pub mod cpu;
@@ -153,6 +154,14 @@ pub enum LabError {
     #[error("invalid lab request: {detail}")]
     Invalid {
         /// What is wrong and how to fix it.
+        detail: String,
+    },
+    /// A kernel request the lab sends itself (no tool says it) failed.
+    #[error("{what}: {detail}")]
+    Request {
+        /// What was asked of the kernel.
+        what: String,
+        /// Why it failed.
         detail: String,
     },
 }

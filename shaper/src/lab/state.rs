@@ -67,13 +67,19 @@ pub enum State {
     },
     /// The split that one CAKE per TX queue makes: `mq` at `wan0`'s root,
     /// and under it on each of `queues` queues a CAKE at `rate / queues`,
-    /// besteffort, flow isolation (the shaper's fairness, so the two differ
-    /// only in how the rate is shared across queues).
+    /// besteffort (as [`State::Cake`]).
     CakeSplit {
         /// The rate of all queues together.
         rate: Rate,
         /// TX queues of `wan0`.
         queues: u32,
+    },
+    /// Upstream cake_mq (Linux ≥ 7.0) at `wan0`'s root: one CAKE per TX
+    /// queue sharing `rate` among the active queues, besteffort
+    /// ([`super::cake_mq`]).
+    CakeMq {
+        /// The shared rate.
+        rate: Rate,
     },
     /// Download shaping as sqm-scripts does it: `wan0`'s ingress redirected
     /// to an IFB (`ifb4wan0`) with CAKE at `rate` in `ingress` mode,
@@ -147,6 +153,7 @@ impl State {
                 rate, extra_args, ..
             } => format!("shaper {rate} {}", extra_args.join(" ")),
             State::CakeSplit { rate, queues } => format!("cake-split {rate} over {queues} queues"),
+            State::CakeMq { rate } => format!("cake_mq {rate}"),
             State::CakeIngress { rate } => format!("cake-ingress {rate}"),
             State::Policer { rate } => format!("policer {rate}"),
             State::ShaperIngress {
@@ -180,6 +187,7 @@ impl State {
             | State::Shaper { rate, .. }
             | State::CakeIngress { rate }
             | State::CakeSplit { rate, .. }
+            | State::CakeMq { rate }
             | State::Policer { rate }
             | State::ShaperIngress { rate, .. } => Some(*rate),
             State::Stack(parts) => parts.iter().find_map(State::rate),
@@ -227,10 +235,10 @@ impl State {
                         "bandwidth",
                         &tc_rate(each),
                         "besteffort",
-                        "flows",
                     ])?;
                 }
             }
+            State::CakeMq { rate } => super::cake_mq::install(tb, *rate)?,
             State::FqCodel { rate } => {
                 let router = tb.ns(Host::Router);
                 let r = tc_rate(*rate);
@@ -515,6 +523,7 @@ impl AppliedState<'_> {
             State::Policer { .. }
             | State::ShaperIngress { .. }
             | State::CakeSplit { .. }
+            | State::CakeMq { .. }
             | State::Stack(_) => {
                 return Err(LabError::Unsupported {
                     operation: "set_rate",
@@ -607,9 +616,10 @@ impl AppliedState<'_> {
         let router = self.tb.ns(Host::Router);
         match &self.state {
             State::None => Ok(()),
-            State::Cake { .. } | State::FqCodel { .. } | State::CakeSplit { .. } => {
-                router.tc(&["qdisc", "del", "dev", dev, "root"]).map(drop)
-            }
+            State::Cake { .. }
+            | State::FqCodel { .. }
+            | State::CakeSplit { .. }
+            | State::CakeMq { .. } => router.tc(&["qdisc", "del", "dev", dev, "root"]).map(drop),
             State::Policer { .. } => router
                 .tc(&["qdisc", "del", "dev", dev, "handle", "ffff:", "ingress"])
                 .map(drop),

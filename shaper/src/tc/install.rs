@@ -52,31 +52,7 @@ pub fn install_root(
     let name = iface(ifindex);
     let mut nl = open()?;
     let mut replace = |handle: u32, parent: u32, kind: &str, options: Option<&[u8]>| {
-        let mut attrs = vec![Attr::string(TCA_KIND, kind)];
-        if let Some(o) = options {
-            attrs.push(Attr {
-                ty: TCA_OPTIONS,
-                value: o.to_vec(),
-            });
-        }
-        let body = TcMessage::encode(
-            TcMsg {
-                ifindex,
-                handle,
-                parent,
-                info: 0,
-            },
-            &attrs,
-        );
-        let where_ = if parent == TC_H_ROOT {
-            "root".to_owned()
-        } else {
-            format!("parent {}", Handle(parent))
-        };
-        let what = format!("{kind} qdisc at {where_} of {name}");
-        nl.request(RTM_NEWQDISC, NLM_F_CREATE | NLM_F_REPLACE, &body)
-            .map(|_| ())
-            .map_err(TcError::request("install", what))
+        replace_qdisc(&mut nl, &name, ifindex, handle, parent, kind, options)
     };
     if tx_queues == 1 {
         return replace(SHAPER_HANDLE, TC_H_ROOT, kind, options);
@@ -86,4 +62,51 @@ pub fn install_root(
         replace(0, SHAPER_HANDLE | queue, kind, options)?;
     }
     Ok(())
+}
+
+/// Installs a qdisc of `kind` at the root of `ifindex` with a handle the
+/// kernel chooses (not the shaper's: the shaper does not own it), as `tc
+/// qdisc replace dev IF root KIND` with `options` as its `TCA_OPTIONS`. For
+/// the lab's anchors that this system's `tc` cannot configure.
+pub fn install_plain_root(ifindex: u32, kind: &str, options: Option<&[u8]>) -> Result<(), TcError> {
+    let name = iface(ifindex);
+    let mut nl = open()?;
+    replace_qdisc(&mut nl, &name, ifindex, 0, TC_H_ROOT, kind, options)
+}
+
+/// One `RTM_NEWQDISC` with `NLM_F_CREATE | NLM_F_REPLACE`.
+fn replace_qdisc(
+    nl: &mut super::netlink::Netlink,
+    name: &str,
+    ifindex: u32,
+    handle: u32,
+    parent: u32,
+    kind: &str,
+    options: Option<&[u8]>,
+) -> Result<(), TcError> {
+    let mut attrs = vec![Attr::string(TCA_KIND, kind)];
+    if let Some(o) = options {
+        attrs.push(Attr {
+            ty: TCA_OPTIONS,
+            value: o.to_vec(),
+        });
+    }
+    let body = TcMessage::encode(
+        TcMsg {
+            ifindex,
+            handle,
+            parent,
+            info: 0,
+        },
+        &attrs,
+    );
+    let where_ = if parent == TC_H_ROOT {
+        "root".to_owned()
+    } else {
+        format!("parent {}", Handle(parent))
+    };
+    let what = format!("{kind} qdisc at {where_} of {name}");
+    nl.request(RTM_NEWQDISC, NLM_F_CREATE | NLM_F_REPLACE, &body)
+        .map(|_| ())
+        .map_err(TcError::request("install", what))
 }

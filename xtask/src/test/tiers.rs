@@ -8,7 +8,8 @@
 //!   touches the kernel's interface, which is where a newer kernel breaks a
 //!   BPF product: every program loads and attaches through TCX, restore,
 //!   the `BPF_PROG_TEST_RUN` suites, the tracer's BTF offsets, observe, the
-//!   telemetry ring buffer and a short shaping run.
+//!   telemetry ring buffer, a short shaping run, and the multi-queue test
+//!   beside upstream cake_mq.
 //! - **6.1**, which has no TCX: the compatibility subset: loading and
 //!   attaching through clsact, restore (after SIGKILL and cleanup too, at
 //!   kill points spread over attach, steady state and restore), both
@@ -59,6 +60,9 @@ const SHARED: &[(&str, Pick)] = &[
 
 const INTERFACE: &[(&str, Pick)] = &[
     ("trace_vm", Pick::All),
+    // One rate across TX queues, beside upstream cake_mq, which only 7.x
+    // has.
+    ("multiqueue_vm", Pick::All),
     ("observe", Pick::All),
     (
         "ingress_police",
