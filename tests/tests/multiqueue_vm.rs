@@ -12,9 +12,10 @@
 //!
 //! Cases, each a bar on the shaper:
 //! - **(a)** one flow, alone, on queue 2: goodput at least that of one
-//!   CAKE at the device's root less [`LONE_SLACK`] (in this guest a lone
-//!   TCP flow under CAKE carries about 0.93 of the rate, its ceiling with
-//!   TCP's headers and emulation: the queues must cost nothing of it);
+//!   CAKE at the device's root less [`LONE_SLACK`]: the queues must cost a
+//!   lone flow nothing of what a single queue carries, which under
+//!   emulation is below the rate by TCP's headers and more
+//!   (`docs/pacer.md`, "Across TX queues");
 //! - **(b)** 8 flows from one client on the queues their hashes pick (all
 //!   on one queue has probability 4^-7): after the first second no 1 s
 //!   interval carries more than [`SUM_BOUND`] × the rate, and every flow
@@ -28,10 +29,14 @@
 //! queue at rate / queues (`State::CakeSplit`), the split that one shaper
 //! per queue makes, and one CAKE at the root (sqm-scripts' setup: one
 //! qdisc lock for every queue, besteffort, its default triple-isolate);
-//! their figures are printed, and CAKE's lone flow sets case (a)'s bar. A case that misses is measured once more; two misses fail.
-//! Needs sch_fq, sch_cake, sch_netem, cls_flower and act_skbedit (the VM's
-//! kernels); elsewhere it skips with a reason, and under
-//! `SHAPER_REQUIRE_FULL_KERNEL=1` a skip fails.
+//! their figures are printed, and CAKE's lone flow sets case (a)'s bar. A
+//! case that misses is measured once more; two misses fail.
+//!
+//! Needs sch_fq, sch_cake and sch_netem (the VM's kernels); elsewhere it
+//! skips with a reason, and under `SHAPER_REQUIRE_FULL_KERNEL=1` a skip
+//! fails. The steering needs cls_flower and act_skbedit as well, which
+//! every kernel with those qdiscs here has; without them the test fails
+//! with tc's message.
 //!
 //! On Linux ≥ 7.0 upstream cake_mq at the same rate runs beside them
 //! (`State::CakeMq`), printed likewise.
