@@ -97,8 +97,7 @@ fn judge_police(ms: u128, cake: &RunResult, police: &RunResult, _bloated_ms: f64
     let (gc, pc) = (cake.ratio(r), p99(cake));
     let (gp, pp) = (police.ratio(r), p99(police));
     let floor = gc - GOODPUT_SLACK;
-    let counters = police.counters.as_ref().ok();
-    let get = |k: &str| counters.and_then(|c| c.get(k)).copied().unwrap_or(0);
+    let get = |k: &str| police.counter(k).unwrap_or(0);
     verdict(
         gp >= floor && pp <= POLICE_P99_FACTOR * pc,
         format!(
@@ -121,8 +120,7 @@ fn judge_ifb(ms: u128, cake: &RunResult, ifb: &RunResult, bloated_ms: f64) -> Ve
     let (gc, pc) = (cake.ratio(r), p99(cake));
     let (gi, pi) = (ifb.ratio(r), p99(ifb));
     let floor = gc - GOODPUT_SLACK;
-    let counters = ifb.counters.as_ref().ok();
-    let get = |k: &str| counters.and_then(|c| c.get(k)).copied().unwrap_or(0);
+    let get = |k: &str| ifb.counter(k).unwrap_or(0);
     verdict(
         gi >= floor && pi <= bloated_ms / 2.0,
         format!(

@@ -45,6 +45,7 @@
 //! is steered, or hashed, by the router), and more vCPUs than the VM's
 //! two.
 
+use aya::util::KernelVersion;
 use shaper::{
     lab::{FlowSpec, Host, RunResult, Scenario, State, Testbed, TestbedOptions},
     rate::Rate,
@@ -75,11 +76,11 @@ fn rate() -> Rate {
 /// Steers each client's flows onto a TX queue at `wan0`'s egress (none:
 /// the veth's hash picks).
 fn steer(tb: &Testbed, rules: &[(Host, u32)]) {
-    let router = tb.ns(Host::Router);
-    let dev = tb.wan_dev();
     if rules.is_empty() {
         return;
     }
+    let router = tb.ns(Host::Router);
+    let dev = tb.wan_dev();
     router
         .tc(&["qdisc", "add", "dev", dev, "clsact"])
         .expect("add clsact to steer flows");
@@ -148,13 +149,9 @@ fn split() -> State {
 /// Upstream cake_mq where the kernel has it (Linux ≥ 7.0; this Debian's
 /// `tc` cannot configure it, the lab sends the request itself).
 fn cake_mq() -> Option<State> {
-    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let major: u32 = release
-        .split('.')
-        .next()
-        .and_then(|m| m.trim().parse().ok())
-        .unwrap_or(0);
-    (major >= 7).then(|| State::CakeMq { rate: rate() })
+    KernelVersion::current()
+        .is_ok_and(|v| v >= KernelVersion::new(7, 0, 0))
+        .then(|| State::CakeMq { rate: rate() })
 }
 
 /// cake_mq's figures for a case, where the kernel has it: `describe` of

@@ -32,20 +32,16 @@
 use std::{
     os::fd::BorrowedFd,
     thread::{self, sleep},
-    time::{Duration, Instant},
+    time::Duration,
 };
 
 use serde::Serialize;
-use shaper_common::{EGRESS_PROGRAM, counters::Counter};
+use shaper_common::counters::Counter;
 
 use super::{
-    loaded::{Bench, BenchError, Prog},
-    measure::spread,
+    loaded::{Bench, BenchError, Prog, call_on},
+    measure::{mix_chunk, spread, warm_up},
 };
-use crate::bpf::test_run::run_skb;
-
-/// Largest chunk of flows primed before their measured calls.
-const MAX_CHUNK: usize = 256;
 
 /// The two CPUs' figures.
 #[derive(Clone, Debug, Serialize)]
@@ -90,17 +86,8 @@ pub(super) fn run(
     }
     let fd = b.fd(Prog::Egress);
     let (half0, half1) = frames.split_at(frames.len() / 2);
-    // Warm-up: every flow claimed, and the time of one call, which sets the
-    // chunk so a flow's priming and measured calls lie within a third of
-    // its transmission time.
-    let t = Instant::now();
-    for f in frames {
-        call(fd, f, 1)?;
-    }
-    let call_ns = (t.elapsed().as_nanos() / frames.len() as u128).max(1);
-    let chunk = usize::try_from(u128::from(tx_ns / 3) / call_ns)
-        .unwrap_or(MAX_CHUNK)
-        .clamp(1, MAX_CHUNK);
+    let call_ns = warm_up(frames, |f| call_on(fd, Prog::Egress, f, 1))?;
+    let chunk = mix_chunk(tx_ns, call_ns);
     let before = b.counts()?;
     let (mut one, mut two) = (Vec::new(), Vec::new());
     let mut measured = 0u64;
@@ -152,29 +139,19 @@ fn pass(
     let (mut ns, mut packets) = (0.0, 0u64);
     for group in frames.chunks(chunk) {
         for f in group {
-            call(fd, f, 1)?;
+            call_on(fd, Prog::Egress, f, 1)?;
         }
         for f in group {
-            ns += call(fd, f, repeat)?;
+            ns += call_on(fd, Prog::Egress, f, repeat)?;
         }
         packets += group.len() as u64 * u64::from(repeat);
     }
     Ok((ns, packets))
 }
 
-/// Runs `frame` `repeat` times through the egress classifier; the call's
-/// total kernel-measured ns.
-fn call(fd: BorrowedFd<'_>, frame: &[u8], repeat: u32) -> Result<f64, BenchError> {
-    let out = run_skb(fd, frame, None, repeat).map_err(|source| BenchError::TestRun {
-        prog: EGRESS_PROGRAM,
-        source,
-    })?;
-    Ok(f64::from(out.duration_ns) * f64::from(repeat.max(1)))
-}
-
 /// Runs `f` on this thread pinned to `cpu` (the kernel runs a
 /// `BPF_PROG_TEST_RUN` call on the caller's CPU).
-fn pinned<T>(cpu: usize, f: impl FnOnce() -> T) -> Result<T, BenchError> {
+fn pinned<T>(cpu: usize, f: impl FnOnce() -> Result<T, BenchError>) -> Result<T, BenchError> {
     // SAFETY: `set` is a plain bitmask the libc macros initialise and fill;
     // the syscall reads `size_of::<cpu_set_t>()` bytes of it and changes
     // only this thread's affinity (pid 0).
@@ -190,14 +167,10 @@ fn pinned<T>(cpu: usize, f: impl FnOnce() -> T) -> Result<T, BenchError> {
             source: std::io::Error::last_os_error(),
         });
     }
-    Ok(f())
+    f()
 }
 
 /// A scoped thread's result; a panic in it becomes an error.
-fn join<T>(
-    h: thread::ScopedJoinHandle<'_, Result<Result<T, BenchError>, BenchError>>,
-) -> Result<T, BenchError> {
-    h.join()
-        .map_err(|_| BenchError::ThreadPanicked)?
-        .and_then(|r| r)
+fn join<T>(h: thread::ScopedJoinHandle<'_, Result<T, BenchError>>) -> Result<T, BenchError> {
+    h.join().map_err(|_| BenchError::ThreadPanicked)?
 }

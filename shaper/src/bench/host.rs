@@ -105,7 +105,7 @@ use super::{
     concurrency::{self, ConcurrencyReport},
     frames::{Ecn, tcp_frame},
     loaded::{Bench, Prog, ProgramSize},
-    measure::{Measured, PathSpec, rate_for, result, single_calls, spread},
+    measure::{Measured, PathSpec, mix_chunk, rate_for, result, single_calls, spread, warm_up},
 };
 use crate::checks::{self, Capabilities};
 
@@ -119,9 +119,6 @@ const AQM_PRIME_REPEAT: u32 = 9;
 /// Sum of the scheduled delays the flow-mix measured packets may reach:
 /// below CoDel's 5 ms target.
 const MIX_DELAY_BUDGET_NS: u64 = 4_000_000;
-
-/// Largest flow-mix chunk.
-const MAX_CHUNK: usize = 256;
 
 /// Transmission time per frame on the aggregate pacer's mix, 10 µs: a
 /// round of the default mix (10,000 flows × 4) advances the clock 400 ms,
@@ -526,18 +523,8 @@ fn flow_mix(
     prime_tx_ns: Option<u64>,
     passthrough_ns: f64,
 ) -> Result<PathResult, BenchError> {
-    let t = Instant::now();
-    for f in frames {
-        b.call(prog, f, 1)?;
-    }
-    let call_ns = (t.elapsed().as_nanos() / frames.len().max(1) as u128).max(1);
-    let chunk = match prime_tx_ns {
-        // A flow's priming and measured calls lie about `chunk` calls apart.
-        Some(tx) => usize::try_from(u128::from(tx / 3) / call_ns)
-            .unwrap_or(MAX_CHUNK)
-            .clamp(1, MAX_CHUNK),
-        None => frames.len(),
-    };
+    let call_ns = warm_up(frames, |f| b.call(prog, f, 1))?;
+    let chunk = prime_tx_ns.map_or(frames.len(), |tx| mix_chunk(tx, call_ns));
     // Let every clock go idle after the warm-up.
     sleep(Duration::from_millis(10));
     let mut m = Measured::new();

@@ -267,15 +267,26 @@ impl Bench {
 
     /// Runs `frame` `repeat` times; the call's total kernel-measured ns.
     pub(super) fn call(&self, prog: Prog, frame: &[u8], repeat: u32) -> Result<f64, BenchError> {
-        let name = match prog {
-            Prog::Egress => EGRESS_PROGRAM,
-            Prog::Pass => PASSTHROUGH_PROGRAM,
-            Prog::Police => POLICE_PROGRAM,
-        };
-        let out = run_skb(self.fd(prog), frame, None, repeat)
-            .map_err(|source| BenchError::TestRun { prog: name, source })?;
-        Ok(f64::from(out.duration_ns) * f64::from(repeat.max(1)))
+        call_on(self.fd(prog), prog, frame, repeat)
     }
+}
+
+/// Runs `frame` `repeat` times through `prog`, whose descriptor `fd` is
+/// ([`Bench::fd`], on any thread); the call's total kernel-measured ns.
+pub(super) fn call_on(
+    fd: BorrowedFd<'_>,
+    prog: Prog,
+    frame: &[u8],
+    repeat: u32,
+) -> Result<f64, BenchError> {
+    let name = match prog {
+        Prog::Egress => EGRESS_PROGRAM,
+        Prog::Pass => PASSTHROUGH_PROGRAM,
+        Prog::Police => POLICE_PROGRAM,
+    };
+    let out = run_skb(fd, frame, None, repeat)
+        .map_err(|source| BenchError::TestRun { prog: name, source })?;
+    Ok(f64::from(out.duration_ns) * f64::from(repeat.max(1)))
 }
 
 /// A loaded program's size.

@@ -6,7 +6,11 @@
 //!
 //! Units: nanoseconds per packet; rates in bytes per second.
 
-use std::{collections::BTreeMap, thread::sleep, time::Duration};
+use std::{
+    collections::BTreeMap,
+    thread::sleep,
+    time::{Duration, Instant},
+};
 
 use serde::Serialize;
 use shaper_common::{
@@ -123,6 +127,31 @@ pub(super) fn spread(samples: &mut [f64]) -> (f64, f64, f64) {
         samples[mid]
     };
     (median, samples[0], samples[samples.len() - 1])
+}
+
+/// Largest flow-mix chunk.
+const MAX_CHUNK: usize = 256;
+
+/// One call of every frame, the flow mixes' warm-up (it claims every
+/// flow); the mean wall time of a call in ns, at least 1.
+pub(super) fn warm_up(
+    frames: &[Vec<u8>],
+    mut call: impl FnMut(&[u8]) -> Result<f64, BenchError>,
+) -> Result<u128, BenchError> {
+    let t = Instant::now();
+    for f in frames {
+        call(f)?;
+    }
+    Ok((t.elapsed().as_nanos() / frames.len().max(1) as u128).max(1))
+}
+
+/// The paced flow mix's chunk: the flows primed before their measured
+/// calls, so that a flow's priming and measured calls, about a chunk of
+/// calls of `call_ns` apart, lie within a third of its transmission time.
+pub(super) fn mix_chunk(tx_ns: u64, call_ns: u128) -> usize {
+    usize::try_from(u128::from(tx_ns / 3) / call_ns.max(1))
+        .unwrap_or(MAX_CHUNK)
+        .clamp(1, MAX_CHUNK)
 }
 
 /// Rate at which a `len`-byte frame takes `tx_ns`, clamped to the range.

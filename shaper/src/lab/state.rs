@@ -539,7 +539,7 @@ impl AppliedState<'_> {
     /// from `shaper status --iface wan0 --json`: one JSON object whose
     /// `counters` member maps names to numbers. Where the download is
     /// shaped on an IFB, the IFB's pacer's counters follow as `ifb.<name>`
-    /// (`ifb.codel_drop`, `ifb.fair.mult_q16`, ...).
+    /// (`ifb.codel_drop`, `ifb.fair.multiplier_q16`, ...).
     pub fn counters(&self) -> Result<BTreeMap<String, u64>, LabError> {
         if let Some(part) = self.parts.iter().find(|p| p.shaper.is_some()) {
             return part.counters();
