@@ -32,6 +32,9 @@ pub const FLAG_TELEMETRY: u32 = 1 << 4;
 /// be forwarded or delivered locally (Linux 5.18, Martin KaFai Lau's
 /// "Preserve mono delivery time (EDT) in skb->tstamp" series).
 pub const FLAG_DELIVERY_MONO: u32 = 1 << 5;
+/// Flag: clear each packet's DSCP after its tin is chosen, keeping the ECN
+/// bits (CAKE's `wash`), so that the next network sees none of ours.
+pub const FLAG_WASH: u32 = 1 << 6;
 
 /// Default telemetry sampling: 1 packet in this many, besides every drop
 /// and mark. At 1 Gbit/s of full-size frames that is about 1,300 events a
@@ -81,15 +84,19 @@ pub struct PacerConfig {
     pub flow_idle_ns: u64,
     /// Flow table sets minus one (the set count is a power of two).
     pub flow_sets_mask: u32,
-    /// Padding; zero.
-    pub pad: u32,
+    /// The DiffServ mode ([`crate::tins::Diffserv::index`]) whose tins
+    /// `tin_planes` maps to; 0, besteffort, for one tin.
+    pub diffserv: u32,
     /// Seed of the flow hash, chosen at load time.
     pub hash_seed: u64,
     /// Telemetry draw threshold ([`sample_threshold`]); read only when
     /// [`FLAG_TELEMETRY`] is set.
     pub sample_threshold: u64,
+    /// The DSCP to tin map as bit planes ([`crate::tins::Diffserv::planes`]);
+    /// all zero: one tin.
+    pub tin_planes: [u64; 3],
     /// Room for later fields; always zero for now.
-    pub reserved: [u64; 5],
+    pub reserved: [u64; 2],
 }
 
 const _: () = assert!(core::mem::size_of::<PacerConfig>() == 128);
@@ -108,10 +115,11 @@ impl PacerConfig {
             interval_ns: DEFAULT_INTERVAL_NS,
             flow_idle_ns: crate::flow::DEFAULT_FLOW_IDLE_NS,
             flow_sets_mask: crate::flow::DEFAULT_FLOWS / crate::flow::WAYS as u32 - 1,
-            pad: 0,
+            diffserv: 0,
             hash_seed: 0,
             sample_threshold: sample_threshold(DEFAULT_SAMPLE_EVERY),
-            reserved: [0; 5],
+            tin_planes: [0; 3],
+            reserved: [0; 2],
         }
     }
 
@@ -141,6 +149,12 @@ impl PacerConfig {
             ns_per_byte_scaled: self.ns_per_byte_scaled,
             shift: self.rate_shift,
         }
+    }
+
+    /// The tin of a packet with DSCP `dscp`.
+    #[inline(always)]
+    pub fn tin_of(&self, dscp: u8) -> usize {
+        crate::tins::tin_from_planes(&self.tin_planes, dscp)
     }
 
     /// True when the classifier should pace, not just count.
@@ -180,4 +194,8 @@ mod pod {
     unsafe impl aya::Pod for crate::event::Scratch {}
     // SAFETY: as above (size asserted in `crate::police`).
     unsafe impl aya::Pod for crate::police::LinkState {}
+    // SAFETY: as above (size asserted in `crate::tins`).
+    unsafe impl aya::Pod for crate::tins::TinState {}
+    // SAFETY: as above (size asserted in `crate::tins`).
+    unsafe impl aya::Pod for crate::tins::TinCounters {}
 }

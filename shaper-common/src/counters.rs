@@ -79,11 +79,13 @@ pub enum Counter {
     /// Dropped by the policer's overload rule: the flow was more than an
     /// interval behind its share (part of `PoliceDrop`).
     PoliceOverloadDrop,
+    /// Packets whose DSCP `--wash` cleared.
+    Washed,
 }
 
 impl Counter {
     /// Number of counters; the array's size.
-    pub const COUNT: u32 = Counter::PoliceOverloadDrop as u32 + 1;
+    pub const COUNT: u32 = Counter::Washed as u32 + 1;
 
     /// All counters in index order.
     pub const ALL: [Counter; Counter::COUNT as usize] = [
@@ -117,6 +119,7 @@ impl Counter {
         Counter::PoliceCodelDrop,
         Counter::PoliceEarlyDrop,
         Counter::PoliceOverloadDrop,
+        Counter::Washed,
     ];
 
     /// Stable snake_case name, used by `shaper status` and exporters.
@@ -152,6 +155,7 @@ impl Counter {
             Counter::PoliceCodelDrop => "police_codel_drop",
             Counter::PoliceEarlyDrop => "police_early_drop",
             Counter::PoliceOverloadDrop => "police_overload_drop",
+            Counter::Washed => "washed",
         }
     }
 }

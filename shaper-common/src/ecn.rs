@@ -1,4 +1,5 @@
-//! Setting ECN's Congestion Experienced codepoint in an IP header.
+//! Setting ECN's Congestion Experienced codepoint in an IP header, and
+//! clearing the DSCP beside it (CAKE's `wash`).
 //!
 //! The ECN field is the two low bits of the IPv4 TOS byte and of the IPv6
 //! traffic class (RFC 3168, section 5: 0 not-ECT, 1 ECT(1), 2 ECT(0), 3 CE).
@@ -63,6 +64,36 @@ pub fn ipv6_set_ce(byte1: &mut u8) -> bool {
         return false;
     }
     *byte1 |= CE << 4;
+    true
+}
+
+/// Clears the DSCP of the first [`IPV4_CE_SPAN`] bytes of an IPv4 header,
+/// keeping the ECN bits, and updates its checksum. Returns false, leaving
+/// the bytes alone, when the DSCP is 0 already.
+#[inline(always)]
+pub fn ipv4_clear_dscp(h: &mut [u8; IPV4_CE_SPAN]) -> bool {
+    if h[1] & !CE == 0 {
+        return false;
+    }
+    let old = u16::from_be_bytes([h[0], h[1]]);
+    h[1] &= CE;
+    let new = u16::from_be_bytes([h[0], h[1]]);
+    let check = checksum_update(u16::from_be_bytes([h[10], h[11]]), old, new);
+    [h[10], h[11]] = check.to_be_bytes();
+    true
+}
+
+/// Clears the DSCP of an IPv6 header's first two bytes (the traffic class
+/// is the low nibble of the first and the high nibble of the second; the
+/// DSCP its upper six bits), keeping the ECN bits. Returns false, leaving
+/// them alone, when the DSCP is 0 already. IPv6 has no header checksum.
+#[inline(always)]
+pub fn ipv6_clear_dscp(b: &mut [u8; 2]) -> bool {
+    if b[0] & 0x0f == 0 && b[1] & 0xc0 == 0 {
+        return false;
+    }
+    b[0] &= 0xf0;
+    b[1] &= 0x3f;
     true
 }
 
@@ -148,5 +179,30 @@ mod tests {
                 assert_eq!(b, before);
             }
         }
+    }
+
+    #[test]
+    fn washing_clears_the_dscp_keeps_ecn_and_the_checksum_right() {
+        // An IPv4 header with DSCP EF (46) and ECT(0).
+        let mut h = [0u8; 20];
+        h[0] = 0x45;
+        h[1] = (46 << 2) | 0b10;
+        h[8] = 64;
+        h[9] = 6;
+        h[12..20].copy_from_slice(&[10, 0, 0, 1, 10, 0, 0, 2]);
+        let c = full_checksum(&h);
+        [h[10], h[11]] = c.to_be_bytes();
+        let mut span: [u8; IPV4_CE_SPAN] = h[..IPV4_CE_SPAN].try_into().expect("12 bytes");
+        assert!(ipv4_clear_dscp(&mut span));
+        h[..IPV4_CE_SPAN].copy_from_slice(&span);
+        assert_eq!(h[1], 0b10);
+        assert_eq!(u16::from_be_bytes([h[10], h[11]]), full_checksum(&h));
+        assert!(!ipv4_clear_dscp(&mut span));
+        // IPv6: version 6, traffic class EF with ECT(1).
+        let tc: u8 = (46 << 2) | 0b01;
+        let mut b = [0x60 | (tc >> 4), (tc & 0x0f) << 4];
+        assert!(ipv6_clear_dscp(&mut b));
+        assert_eq!(b, [0x60, 0x10]);
+        assert!(!ipv6_clear_dscp(&mut b));
     }
 }

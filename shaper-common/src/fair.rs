@@ -72,8 +72,11 @@
 //! and exactly one CPU (the one that wins a compare-and-swap on the epoch
 //! number) runs the update.
 //!
-//! Non-goals: weights, DiffServ tins, host isolation; exact fairness within
-//! an epoch (the share adapts per epoch, fairness is over several).
+//! DiffServ tins each run this pacer on their own state, the feedback
+//! weighing each tin against the others ([`crate::tins`]).
+//!
+//! Non-goals: weights, host isolation; exact fairness within an epoch (the
+//! share adapts per epoch, fairness is over several).
 
 use crate::codel::{CodelParams, codel_signal};
 use crate::committed::{self, CLOCK_SLOT_SHIFT, CLOCK_SLOTS};
@@ -96,7 +99,7 @@ pub const EPOCH_NS: u64 = 1 << EPOCH_SHIFT;
 /// right for flows with deep queues.
 pub const EPOCH_RING: usize = 16;
 
-/// State shared by all CPUs. One entry; 4384 bytes. First the words every
+/// State shared by all CPUs. One entry per tin; 4392 bytes. First the words every
 /// packet reads and only an epoch change (or a join) writes, then
 /// [`FairState::_apart`], then the words packets write (the epoch ring, the
 /// counts, the committed flows' ring). A cache line that one CPU writes is
@@ -131,6 +134,10 @@ pub struct FairState {
     /// The clock slot up to which the committed count is expired
     /// ([`crate::committed`]).
     pub clock_slot: u64,
+    /// The factor that scales the multiplier's cap from flows to this
+    /// tin's capacity, Q16 ([`crate::tins::TinView::scale_factors`]); 1.0
+    /// for a tin alone (0 reads as 1.0).
+    pub cap_scale_q16: u64,
     /// Unused: 64 bytes between the words above and those below, so no
     /// cache line holds both, wherever the map places the value (8-byte
     /// aligned).
@@ -154,9 +161,10 @@ pub struct FairState {
     pub clock_counts: [u64; CLOCK_SLOTS],
 }
 
-const _: () = assert!(core::mem::size_of::<FairState>() == 4384);
+const _: () = assert!(core::mem::size_of::<FairState>() == 4392);
 const _: () = assert!(
-    core::mem::offset_of!(FairState, scheduled_ns) - core::mem::offset_of!(FairState, clock_slot)
+    core::mem::offset_of!(FairState, scheduled_ns)
+        - core::mem::offset_of!(FairState, cap_scale_q16)
         >= 64 + 8
 );
 const _: () = assert!(1 << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT) == committed::SLOTS_PER_EPOCH);
@@ -202,6 +210,7 @@ impl Default for FairState {
             active_now: 0,
             active_last: 0,
             clock_slot: 0,
+            cap_scale_q16: MULT_ONE,
             _apart: [0; 8],
             committed: 0,
             mult_feedback_q16: MULT_ONE,
@@ -508,11 +517,13 @@ pub fn mult_cap(active_last: u64, active_now: u64) -> u64 {
 /// True when raising the multiplier `mult_q16` would only idle the link
 /// further, among at most [`JOIN_MAX_FLOWS`] `active` flows: most of the
 /// share's flows are committed (`2b >= m`: they are sending, not paused
-/// together), and yet they, each departing at `C/m`,
-/// and the traffic passed unpaced since the last epoch change (`unpaced_ns`
-/// of transmission time at the aggregate rate) fall short of the rate,
-/// `b/m + unpaced/epoch < 1`, taken as `b + m * unpaced/epoch < m`
-/// (multiplications only).
+/// together; `b` scaled by `floor_q16` to the tin's capacity,
+/// [`crate::tins::TinView::scale_factors`]), and yet they, each departing at
+/// `C/m`, and the traffic passed unpaced since the last epoch change
+/// (`unpaced_ns` of transmission time at the aggregate rate) fall short of
+/// the capacity the tin has (`capacity_ns` per epoch, the whole epoch for a
+/// tin alone), `b/m + unpaced/epoch < capacity/epoch`, taken as
+/// `b + m * unpaced/epoch < m * capacity/epoch` (multiplications only).
 ///
 /// Why: the feedback reads the traffic *accepted* per epoch, and traffic
 /// accepted faster than it can depart reads as demand. When flows join, the
@@ -530,29 +541,42 @@ pub fn mult_cap(active_last: u64, active_now: u64) -> u64 {
 /// goes on as before. `docs/pacer.md` (method, step 5) has the
 /// measurements.
 #[inline(always)]
-pub fn raise_would_idle(mult_q16: u64, committed: u64, unpaced_ns: u64, active: u64) -> bool {
+pub fn raise_would_idle(
+    mult_q16: u64,
+    committed: u64,
+    unpaced_ns: u64,
+    active: u64,
+    capacity_ns: u64,
+    floor_q16: u64,
+) -> bool {
     // At most two epochs' worth: m < 2^32 and 2^24, so the product fits.
     let unpaced = if unpaced_ns > 2 * EPOCH_NS {
         2 * EPOCH_NS
     } else {
         unpaced_ns
     };
-    // committed is at most the flow table's size: no overflow.
+    let capacity = if capacity_ns > EPOCH_NS {
+        EPOCH_NS
+    } else {
+        capacity_ns
+    };
+    // committed is at most the flow table's size (below 2^31) and the
+    // factor at most 64 (2^22): no overflow; m < 2^32 and capacity <= 2^23.
     let b = committed << 16;
+    let b_scaled = (committed * floor_q16.min(1 << 22)) >> 16 << 16;
     active <= JOIN_MAX_FLOWS
-        && 2 * b >= mult_q16
-        && b + ((mult_q16 * unpaced) >> EPOCH_SHIFT) < mult_q16
+        && 2 * b_scaled >= mult_q16
+        && b + ((mult_q16 * unpaced) >> EPOCH_SHIFT) < (mult_q16 * capacity) >> EPOCH_SHIFT
 }
 
 /// The multiplier within its bounds: at most `cap_q16` ([`mult_cap`]), and
-/// at least the committed flows ([`crate::committed`]) where that is below
-/// the cap: with `b` flows each departing at `C/m`, `m < b` commits the
-/// link to more than its rate.
+/// at least `floor_q16`, the committed flows ([`crate::committed`]) scaled
+/// to the tin's capacity, where that is below the cap: with `b` flows each
+/// departing at `C/m`, `m < b` commits the link to more than its rate.
 #[inline(always)]
-pub fn bound_mult(m_q16: u64, cap_q16: u64, committed: u64) -> u64 {
+pub fn bound_mult(m_q16: u64, cap_q16: u64, floor_q16: u64) -> u64 {
     let m = if m_q16 > cap_q16 { cap_q16 } else { m_q16 };
-    // committed is at most the flow table's size: no overflow.
-    let floor = committed << 16;
+    let floor = floor_q16;
     let floor = if floor > cap_q16 { cap_q16 } else { floor };
     if m < floor { floor } else { m }
 }

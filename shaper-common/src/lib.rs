@@ -24,6 +24,7 @@ pub mod observe;
 pub mod police;
 pub mod rate;
 pub mod shared;
+pub mod tins;
 pub mod trace;
 
 /// Names of the maps the classifier exports; the controller pins them under
@@ -35,8 +36,14 @@ pub mod maps {
     pub const COUNTERS: &str = "SHAPER_COUNTERS";
     /// `Array<AggregateState>` with one entry.
     pub const AGGREGATE: &str = "SHAPER_AGG";
-    /// `Array<FairState>` with one entry.
+    /// `Array<FairState>` with one entry per tin ([`crate::tins::MAX_TINS`]).
     pub const FAIR: &str = "SHAPER_FAIR";
+    /// `Array<TinState>` with one entry: the tins' thresholds and what
+    /// each accepted ([`crate::tins::TinState`]).
+    pub const TINS: &str = "SHAPER_TINS";
+    /// `PerCpuArray<TinCounters>` with one entry per tin
+    /// ([`crate::tins::TinCounters`]).
+    pub const TIN_COUNTERS: &str = "SHAPER_TIN_COUNTERS";
     /// `Array<FlowSet>`, one entry per set of the flow table.
     pub const FLOWS: &str = "SHAPER_FLOWS";
     /// `RingBuf` of [`crate::event::Event`]s: the pacer's sampled packets

@@ -28,13 +28,14 @@
 use crate::{
     committed::{self, CLOCK_SLOT_SHIFT, CLOCK_SLOTS, SLOTS_PER_EPOCH},
     fair::{
-        CodelClock, EPOCH_RING, EPOCH_SHIFT, FairParams, FairState, Packet, Verdict,
+        CodelClock, EPOCH_RING, EPOCH_SHIFT, FairParams, FairState, MULT_ONE, Packet, Verdict,
         average_scheduled, backlogged_reference, bound_mult, count_active, count_backlogged,
         decay_reference, decide, join_mult, mult_cap, raise_would_idle, roll_active,
         slots_to_clear, update_mult, window_ends,
     },
     flow::FlowEntry,
     police::{LinkState, Policed, n_active, police_link},
+    tins::{TinTable, TinView, scale_mult, tin_input, tin_view},
 };
 
 /// A shared word of [`FairState`].
@@ -68,6 +69,8 @@ pub enum Field {
     ClockCount(usize),
     /// `unpaced_ns`.
     Unpaced,
+    /// `cap_scale_q16`.
+    CapScale,
 }
 
 /// Word access to a [`FairState`] that other CPUs may use at the same time.
@@ -112,6 +115,7 @@ macro_rules! word {
             Field::Scheduled(i) => $($r)+ $s.scheduled_ns[i % EPOCH_RING],
             Field::ClockCount(i) => $($r)+ $s.clock_counts[i % CLOCK_SLOTS],
             Field::Unpaced => $($r)+ $s.unpaced_ns,
+            Field::CapScale => $($r)+ $s.cap_scale_q16,
         }
     };
 }
@@ -150,12 +154,22 @@ impl Shared for FairState {
     }
 }
 
-/// Moves the shared state to `epoch` if this caller is the first to see it
-/// (see the module header), and returns the fair-share multiplier to use.
-/// `COMMITTED`: keep the committed count and floor the multiplier with it
-/// (the pacer); the policer, whose clocks are virtual, does not.
+/// Moves tin `tin`'s shared state to `epoch` if this caller is the first
+/// to see it (see the module header), and returns the fair-share
+/// multiplier to use. `tins` holds what every tin accepted
+/// ([`crate::tins`]): the roll weighs this tin's accepted time against the
+/// others' ([`tin_input`]), scales the cap and the floor to the capacity
+/// they leave it, and publishes its own. With one tin that is the pacer
+/// without tins. `COMMITTED`: keep the committed count and floor the
+/// multiplier with it (the pacer); the policer, whose clocks are virtual,
+/// does not.
 #[inline(always)]
-pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u64 {
+pub fn roll_epoch<S: Shared, T: TinTable, const COMMITTED: bool>(
+    s: &mut S,
+    tins: &mut T,
+    tin: usize,
+    epoch: u64,
+) -> u64 {
     let old = s.load(Field::Epoch);
     if epoch <= old || !s.compare_exchange(Field::Epoch, old, epoch) {
         return s.load(Field::Mult);
@@ -167,6 +181,11 @@ pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u6
         roll_committed(s, epoch << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT), window_end)
     } else {
         0
+    };
+    let view = if T::ENABLED {
+        tin_view(tins, tin, epoch)
+    } else {
+        TinView::SOLE
     };
     // One update per finished epoch, each from its own slot, which is then
     // cleared for reuse.
@@ -184,7 +203,7 @@ pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u6
             // Cannot truncate: the remainder is below EPOCH_RING.
             let slot = Field::Scheduled(((old + j) % ring) as usize);
             avg = s.opaque(average_scheduled(avg, s.load(slot)));
-            m = s.opaque(update_mult(m, avg));
+            m = s.opaque(update_mult(m, tin_input(avg, &view)));
             reference = s.opaque(decay_reference(reference));
             s.store(slot, 0);
         }
@@ -203,6 +222,11 @@ pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u6
         s.store(Field::ActiveLast, last);
         s.store(Field::ActiveNow, active);
     }
+    let (cap_scale, floor_scale) = if T::ENABLED {
+        view.scale_factors_veiled(|v| s.opaque(v))
+    } else {
+        (MULT_ONE, MULT_ONE)
+    };
     // The traffic passed unpaced since the last roll, taken out by
     // subtraction so that what other CPUs add meanwhile counts in the next.
     // A raise of the feedback's multiplier that would only idle the link
@@ -211,19 +235,33 @@ pub fn roll_epoch<S: Shared, const COMMITTED: bool>(s: &mut S, epoch: u64) -> u6
         let unpaced = s.load(Field::Unpaced);
         s.add(Field::Unpaced, unpaced.wrapping_neg());
         let flows = if active > last { active } else { last };
-        if m > m_before && raise_would_idle(m_before, committed, unpaced, flows) {
+        if m > m_before
+            && raise_would_idle(
+                m_before,
+                committed,
+                unpaced,
+                flows,
+                s.opaque(view.capacity_ns()),
+                floor_scale,
+            )
+        {
             m = m_before;
         }
     }
-    let cap = mult_cap(last, active);
+    let cap = scale_mult(mult_cap(last, active), cap_scale);
     s.store(Field::MultFeedback, if m > cap { cap } else { m });
-    let m = bound_mult(m, cap, committed);
+    // committed is at most the flow table's size: no overflow.
+    let m = bound_mult(m, cap, scale_mult(committed << 16, floor_scale));
     s.store(Field::ScheduledAvg, avg);
     s.store(Field::Mult, m);
+    s.store(Field::CapScale, cap_scale);
     let r = backlogged_reference(reference, s.load(Field::BackloggedNow), one_epoch);
     s.store(Field::BackloggedRef, r);
     s.store(Field::BackloggedNow, 0);
     s.add(Field::Updates, 1);
+    if T::ENABLED {
+        tins.publish(tin, epoch, avg, committed > 0);
+    }
     m
 }
 
@@ -350,7 +388,13 @@ pub fn police_step<S: Shared>(
 pub fn join<S: Shared>(s: &mut S, mult_q16: u64) {
     let n_now = s.fetch_add(Field::BackloggedNow, 1).wrapping_add(1);
     let n_ref = s.load(Field::BackloggedRef).div_ceil(256);
-    let cap = mult_cap(s.load(Field::ActiveLast), s.load(Field::ActiveNow));
+    // A state the controller wrote before tins (0) scales by 1.0.
+    let scale = s.load(Field::CapScale);
+    let scale = if scale == 0 { MULT_ONE } else { scale };
+    let cap = scale_mult(
+        mult_cap(s.load(Field::ActiveLast), s.load(Field::ActiveNow)),
+        scale,
+    );
     let m = join_mult(mult_q16, n_now, n_ref, cap);
     if m != mult_q16 {
         s.store(Field::Mult, m);
@@ -374,6 +418,7 @@ pub fn account<S: Shared>(s: &mut S, epoch: u64, tx_ns: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tins::TinState;
 
     const S: u64 = 1 << CLOCK_SLOT_SHIFT;
 
@@ -444,10 +489,16 @@ mod tests {
             ..FairState::default()
         };
         // An epoch this caller did not see first, or an older one.
-        assert_eq!(roll_epoch::<_, true>(&mut st, 9), 3 << 16);
-        assert_eq!(roll_epoch::<_, true>(&mut st, 4), 3 << 16);
+        assert_eq!(
+            roll_epoch::<_, _, true>(&mut st, &mut TinState::default(), 0, 9),
+            3 << 16
+        );
+        assert_eq!(
+            roll_epoch::<_, _, true>(&mut st, &mut TinState::default(), 0, 4),
+            3 << 16
+        );
         assert_eq!(st.updates, 0);
-        roll_epoch::<_, true>(&mut st, 10);
+        roll_epoch::<_, _, true>(&mut st, &mut TinState::default(), 0, 10);
         assert_eq!((st.epoch, st.updates), (10, 1));
     }
 }

@@ -2,7 +2,10 @@
 //! earliest departure time, which sch_fq enforces. Two pacers:
 //! - the fair pacer (`shaper_common::fair`, the default): a clock per flow in
 //!   a set-associative flow table, paced at a shared fair share, with CoDel
-//!   on each flow's scheduled delay (CE mark or drop);
+//!   on each flow's scheduled delay (CE mark or drop); with DiffServ tins
+//!   (`shaper_common::tins`) the packet's DSCP, read ahead of the parse,
+//!   picks the tin whose fair state paces it, and `--wash` then clears the
+//!   DSCP;
 //! - the aggregate pacer (`shaper_common::edt`): one clock for all traffic,
 //!   Cilium's design, kept for comparison.
 //!
@@ -26,21 +29,23 @@ use aya_ebpf::{
     programs::TcContext,
 };
 use shaper_common::{
-    config::{FLAG_DELIVERY_MONO, FLAG_TELEMETRY, PacerConfig},
+    config::{FLAG_DELIVERY_MONO, FLAG_NO_L2, FLAG_TELEMETRY, FLAG_WASH, PacerConfig},
     counters::Counter,
+    ecn,
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
     fair::{Packet, Verdict},
     rate::wire_len_bytes,
     shared::{account, pace},
+    tins::MAX_TINS,
 };
 
 use crate::{
     ce::mark_ce,
-    fair_state::{AtomicFair, Rolled, roll},
+    fair_state::{AtomicFair, AtomicTins, Rolled, roll},
     hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry},
-    maps::{AGGREGATE, CONFIG, count},
-    parse::Class,
+    maps::{AGGREGATE, CONFIG, count, count_tin},
+    parse::{self, Class, Ecn},
     telemetry::{Outcome, report, stash},
     veil::Veil,
 };
@@ -68,12 +73,23 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
         return Ok(TC_ACT_UNSPEC);
     };
     let veil = Veil::new(config);
+    // The tin first, veiled, so that one verifier state walks the roll;
+    // without tins the frame is not read for it.
+    let dscp = if config.diffserv != 0 {
+        parse::dscp(ctx, config.flags & FLAG_NO_L2 == 0)
+    } else {
+        0
+    };
+    let tin = (veil.u64(config.tin_of(dscp) as u64) as usize) & (MAX_TINS - 1);
     let rolled = if config.fair() {
-        roll::<true>(config, veil)
+        roll::<_, true>(config, veil, tin, AtomicTins::lookup(veil))
     } else {
         Rolled::NONE
     };
     let class = count_and_classify(ctx, config);
+    if config.flags & FLAG_WASH != 0 {
+        wash(ctx, class.ecn);
+    }
     if config.flags & FLAG_TELEMETRY != 0 {
         stash(&class);
     }
@@ -88,15 +104,14 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
         return Ok(TC_ACT_UNSPEC);
     }
     let tx_time_ns = config.scaled_rate().tx_time_ns(wire_len);
-    // On an IFB fed from ingress the stamp is never a departure time.
-    let skb_tstamp_ns = if config.flags & FLAG_DELIVERY_MONO != 0 {
-        0
-    } else {
-        // SAFETY: reading a field of the __sk_buff the kernel passed in.
-        unsafe { (*ctx.skb.skb).tstamp }
-    };
+    let skb_tstamp_ns = departure_asked(ctx, config);
     if config.fair() {
-        return fair(ctx, config, class, &rolled, veil, skb_tstamp_ns, tx_time_ns);
+        let priced = Priced {
+            wire_len,
+            tx_ns: tx_time_ns,
+            skb_tstamp_ns,
+        };
+        return fair(ctx, config, class, &rolled, veil, priced);
     }
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now_ns = unsafe { bpf_ktime_get_ns() };
@@ -119,9 +134,14 @@ fn fair(
     class: Class,
     rolled: &Rolled,
     veil: Veil,
-    skb_tstamp_ns: u64,
-    tx_ns: u64,
+    priced: Priced,
 ) -> Result<i32, i32> {
+    let Priced {
+        wire_len,
+        tx_ns,
+        skb_tstamp_ns,
+    } = priced;
+    let tin = rolled.tin;
     if rolled.state.is_null() {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
@@ -199,6 +219,12 @@ fn fair(
             (VERDICT_HORIZON_DROP, clock_delay_ns, TC_ACT_SHOT)
         }
     };
+    match code {
+        VERDICT_PACED => count_tin(tin, wire_len, false, false, delay_ns),
+        VERDICT_CE => count_tin(tin, wire_len, false, true, delay_ns),
+        VERDICT_AQM_DROP | VERDICT_HORIZON_DROP => count_tin(tin, wire_len, true, false, 0),
+        _ => count_tin(tin, wire_len, false, false, 0),
+    }
     if config.flags & FLAG_TELEMETRY != 0 {
         let outcome = Outcome {
             verdict: code,
@@ -210,6 +236,54 @@ fn fair(
         report(ctx, config, ecn.capable(), now_ns, &outcome);
     }
     Ok(action)
+}
+
+/// A packet's cost and the departure its socket asked for.
+#[derive(Clone, Copy)]
+struct Priced {
+    /// Bytes on the wire, every GSO segment's headers counted.
+    wire_len: u32,
+    /// Its transmission time at the aggregate rate.
+    tx_ns: u64,
+    /// `skb->tstamp` as a departure time, or 0 ([`departure_asked`]).
+    skb_tstamp_ns: u64,
+}
+
+/// The departure time the socket asked for (`skb->tstamp`), or 0. On an
+/// IFB fed from ingress the stamp is never a departure time.
+#[inline(always)]
+fn departure_asked(ctx: &TcContext, config: &PacerConfig) -> u64 {
+    if config.flags & FLAG_DELIVERY_MONO != 0 {
+        0
+    } else {
+        // SAFETY: reading a field of the __sk_buff the kernel passed in.
+        unsafe { (*ctx.skb.skb).tstamp }
+    }
+}
+
+/// Clears the packet's DSCP, keeping its ECN bits (`--wash`), once its
+/// tin is chosen. A failed load or store leaves the header as it was.
+#[inline(always)]
+fn wash(ctx: &TcContext, e: Ecn) {
+    if !e.present || e.dscp == 0 {
+        return;
+    }
+    let off = e.l3_off as usize;
+    if e.ipv4 {
+        let Ok(mut h) = ctx.load::<[u8; ecn::IPV4_CE_SPAN]>(off) else {
+            return;
+        };
+        if ecn::ipv4_clear_dscp(&mut h) && ctx.store(off, &h, 0).is_ok() {
+            count(Counter::Washed, 1);
+        }
+    } else {
+        let Ok(mut b) = ctx.load::<[u8; 2]>(off) else {
+            return;
+        };
+        if ecn::ipv6_clear_dscp(&mut b) && ctx.store(off, &b, 0).is_ok() {
+            count(Counter::Washed, 1);
+        }
+    }
 }
 
 /// Writes the departure time (monotonic ns) sch_fq enforces; on an IFB

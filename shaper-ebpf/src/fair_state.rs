@@ -1,5 +1,7 @@
-//! The fair share's state every CPU shares (the `SHAPER_FAIR` map's one
-//! value), seen through `shaper_common::shared::Shared` with atomics: the
+//! The fair share's state every CPU shares (the `SHAPER_FAIR` map's value
+//! of each tin, and the `SHAPER_TINS` table), seen through
+//! `shaper_common::shared::Shared` and `shaper_common::tins::TinTable`
+//! with atomics: the
 //! epoch roll and the committed count's moves are the library's own
 //! (`shaper_common::shared`), so the classifiers and the simulator run the
 //! same steps.
@@ -11,11 +13,16 @@ use aya_ebpf::helpers::bpf_ktime_get_ns;
 use shaper_common::{
     committed::CLOCK_SLOTS,
     config::PacerConfig,
-    fair::{EPOCH_RING, EPOCH_SHIFT, FairState},
+    fair::{EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState},
     shared::{Field, Shared, roll_epoch},
+    tins::{MAX_TINS, TinState, TinTable},
 };
 
-use crate::{atomic, maps::FAIR, veil::Veil};
+use crate::{
+    atomic,
+    maps::{FAIR, TINS},
+    veil::Veil,
+};
 
 /// The shared state moved to this packet's epoch; `state` is null when
 /// the pacer is disabled or the map lookup failed (a plain value, not an
@@ -30,6 +37,8 @@ pub(crate) struct Rolled {
     pub(crate) epoch: u64,
     /// The fair-share multiplier, veiled.
     pub(crate) mult_q16: u64,
+    /// The tin whose state this is.
+    pub(crate) tin: usize,
 }
 
 impl Rolled {
@@ -39,21 +48,28 @@ impl Rolled {
         now_ns: 0,
         epoch: 0,
         mult_q16: 0,
+        tin: 0,
     };
 }
 
-/// Reads the clock and rolls the shared state to its epoch
+/// Reads the clock and rolls tin `tin`'s shared state to its epoch
 /// (`shaper_common::shared::roll_epoch`; `COMMITTED` as there), for a
-/// pacer that is enabled. The programs call it before they parse the
-/// frame, so that one verifier state walks the roll instead of one per
-/// header shape, and the multiplier leaves it veiled, so that the roll's
-/// outcomes merge after it.
+/// pacer that is enabled. The tin comes veiled from the parse, so one
+/// verifier state walks the roll whatever the header shape, and the
+/// multiplier leaves it veiled, so that the roll's outcomes merge after
+/// it.
 #[inline(always)]
-pub(crate) fn roll<const COMMITTED: bool>(config: &PacerConfig, veil: Veil) -> Rolled {
+pub(crate) fn roll<T: TinTable, const COMMITTED: bool>(
+    config: &PacerConfig,
+    veil: Veil,
+    tin: usize,
+    mut tins: T,
+) -> Rolled {
     if !config.enabled() {
         return Rolled::NONE;
     }
-    let Some(state) = FAIR.get_ptr_mut(0) else {
+    let tin = tin & (MAX_TINS - 1);
+    let Some(state) = FAIR.get_ptr_mut(tin as u32) else {
         return Rolled::NONE;
     };
     // SAFETY: bpf_ktime_get_ns has no preconditions.
@@ -61,12 +77,18 @@ pub(crate) fn roll<const COMMITTED: bool>(config: &PacerConfig, veil: Veil) -> R
     let epoch = now_ns >> EPOCH_SHIFT;
     // SAFETY: the pointer comes from the map lookup of this run.
     let mut shared = unsafe { AtomicFair::new(state, veil) };
-    let mult_q16 = veil.u64(roll_epoch::<_, COMMITTED>(&mut shared, epoch));
+    let mult_q16 = veil.u64(roll_epoch::<_, _, COMMITTED>(
+        &mut shared,
+        &mut tins,
+        tin,
+        epoch,
+    ));
     Rolled {
         state,
         now_ns,
         epoch,
         mult_q16,
+        tin,
     }
 }
 
@@ -105,6 +127,7 @@ impl AtomicFair {
                 Field::Scheduled(i) => &raw mut (*s).scheduled_ns[i & (EPOCH_RING - 1)],
                 Field::ClockCount(i) => &raw mut (*s).clock_counts[i & (CLOCK_SLOTS - 1)],
                 Field::Unpaced => &raw mut (*s).unpaced_ns,
+                Field::CapScale => &raw mut (*s).cap_scale_q16,
             }
         }
     }
@@ -141,5 +164,96 @@ impl Shared for AtomicFair {
     #[inline(always)]
     fn opaque(&self, v: u64) -> u64 {
         self.1.u64(v)
+    }
+}
+
+/// The `SHAPER_TINS` value of this program run, or null when its lookup
+/// failed (then the tin is read as alone), and the veil
+/// [`TinTable::settle`] applies.
+pub(crate) struct AtomicTins(*mut TinState, Veil);
+
+impl AtomicTins {
+    /// The map's value for this run.
+    #[inline(always)]
+    pub(crate) fn lookup(veil: Veil) -> Self {
+        Self(TINS.get_ptr_mut(0).unwrap_or(core::ptr::null_mut()), veil)
+    }
+}
+
+const _: () = assert!(MAX_TINS.is_power_of_two());
+
+impl TinTable for AtomicTins {
+    #[inline(always)]
+    fn masks(&self, t: usize) -> (u64, u64, u64) {
+        if self.0.is_null() {
+            return (0, 0, 0);
+        }
+        let t = t & (MAX_TINS - 1);
+        // SAFETY: fields of the map value of this run, the index reduced;
+        // written only by the controller.
+        unsafe {
+            (
+                u64::from((*self.0).higher_mask[t]),
+                u64::from((*self.0).others_mask[t]),
+                u64::from((*self.0).holder_mask[t]),
+            )
+        }
+    }
+    #[inline(always)]
+    fn threshold(&self, t: usize) -> (u64, u64) {
+        if self.0.is_null() {
+            return (EPOCH_NS, 1 << 16);
+        }
+        let t = t & (MAX_TINS - 1);
+        // SAFETY: fields of the map value of this run, the index reduced.
+        unsafe {
+            (
+                atomic::load(&raw mut (*self.0).threshold_ns[t]),
+                atomic::load(&raw mut (*self.0).ratio_q16[t]),
+            )
+        }
+    }
+    #[inline(always)]
+    fn usage(&self, t: usize) -> (u64, u64, u64) {
+        if self.0.is_null() {
+            return (0, 0, 0);
+        }
+        let t = t & (MAX_TINS - 1);
+        // SAFETY: as for `threshold`.
+        unsafe {
+            (
+                atomic::load(&raw mut (*self.0).usage_ns[t]),
+                atomic::load(&raw mut (*self.0).usage_epoch[t]),
+                atomic::load(&raw mut (*self.0).busy_epoch[t]),
+            )
+        }
+    }
+    /// Veiled, then stored to the stack and loaded back, both volatile: the
+    /// compiler keeps the pair in place among the map's (volatile) loads,
+    /// so one pass of the tins' loop ends before the next begins.
+    #[inline(always)]
+    fn settle(&self, v: u64) -> u64 {
+        let mut slot = 0u64;
+        // SAFETY: a local of this frame, aligned and live for both calls.
+        unsafe {
+            core::ptr::write_volatile(&mut slot, self.1.u64(v));
+            core::ptr::read_volatile(&slot)
+        }
+    }
+    #[inline(always)]
+    fn publish(&mut self, t: usize, epoch: u64, usage_ns: u64, busy: bool) {
+        if self.0.is_null() {
+            return;
+        }
+        let t = t & (MAX_TINS - 1);
+        // SAFETY: as for `threshold`; only the CPU that won this tin's
+        // epoch writes its slots.
+        unsafe {
+            atomic::store(&raw mut (*self.0).usage_ns[t], usage_ns);
+            atomic::store(&raw mut (*self.0).usage_epoch[t], epoch);
+            if busy {
+                atomic::store(&raw mut (*self.0).busy_epoch[t], epoch);
+            }
+        }
     }
 }

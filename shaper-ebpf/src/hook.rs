@@ -63,6 +63,7 @@ pub fn count_and_classify(ctx: &TcContext, config: &PacerConfig) -> Class {
             l3_off: v.u32(class.ecn.l3_off),
             ipv4: v.bool(class.ecn.ipv4),
             bits: v.u8(class.ecn.bits) & 0x03,
+            dscp: v.u8(class.ecn.dscp) & 0x3f,
         },
         l4_proto: v.u8(class.l4_proto),
         tcp_flags: v.u8(class.tcp_flags),

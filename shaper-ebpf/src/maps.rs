@@ -16,6 +16,7 @@ use shaper_common::{
     fair::FairState,
     flow::{DEFAULT_FLOWS, FlowSet, WAYS},
     police::LinkState,
+    tins::{MAX_TINS, TinCounters, TinState},
 };
 
 /// Pacer configuration, written by the controller. One entry.
@@ -31,9 +32,19 @@ pub static COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(Counter::C
 pub static AGGREGATE: Array<AggregateState> = Array::with_max_entries(1, 0);
 
 /// The fair pacer's shared state (fair-share multiplier, epoch ring). One
-/// entry, updated with atomics.
+/// entry per tin, updated with atomics.
 #[map(name = "SHAPER_FAIR")]
-pub static FAIR: Array<FairState> = Array::with_max_entries(1, 0);
+pub static FAIR: Array<FairState> = Array::with_max_entries(MAX_TINS as u32, 0);
+
+/// The tins' thresholds (the controller's) and what each accepted (the
+/// rolls'). One entry.
+#[map(name = "SHAPER_TINS")]
+pub static TINS: Array<TinState> = Array::with_max_entries(1, 0);
+
+/// Packets, bytes, drops, marks and delay per tin, per CPU.
+#[map(name = "SHAPER_TIN_COUNTERS")]
+pub static TIN_COUNTERS: PerCpuArray<TinCounters> =
+    PerCpuArray::with_max_entries(MAX_TINS as u32, 0);
 
 /// The flow table: one entry per set. The controller sets the size at load
 /// time (`--flows` / WAYS); this is the default.
@@ -72,5 +83,21 @@ pub fn count(c: Counter, n: u64) {
         // program run; per-CPU storage means no other CPU writes it, and
         // preemption is disabled while a TC program runs.
         unsafe { *slot += n };
+    }
+}
+
+/// Counts one packet of `wire_len` bytes in tin `tin` on this CPU, with
+/// what its verdict adds: `drop`, `mark`, and `delay_ns` of scheduled
+/// delay. One lookup.
+#[inline(always)]
+pub fn count_tin(tin: usize, wire_len: u32, drop: bool, mark: bool, delay_ns: u64) {
+    if let Some(c) = TIN_COUNTERS.get_ptr_mut((tin & (MAX_TINS - 1)) as u32) {
+        // SAFETY: as in `count`.
+        let c = unsafe { &mut *c };
+        c.packets += 1;
+        c.bytes += u64::from(wire_len);
+        c.drops += u64::from(drop);
+        c.marks += u64::from(mark);
+        c.delay_ns += delay_ns;
     }
 }

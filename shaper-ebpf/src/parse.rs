@@ -112,6 +112,8 @@ pub struct Ecn {
     pub ipv4: bool,
     /// The two ECN bits: 0 not-ECT, 1 ECT(1), 2 ECT(0), 3 CE.
     pub bits: u8,
+    /// The DSCP, the traffic class's upper six bits (RFC 2474).
+    pub dscp: u8,
 }
 
 impl Ecn {
@@ -121,6 +123,7 @@ impl Ecn {
         l3_off: 0,
         ipv4: false,
         bits: 0,
+        dscp: 0,
     };
 
     /// ECT(0), ECT(1) or already CE: the sender understands marks.
@@ -165,52 +168,90 @@ pub fn classify(ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Trunc
     parse(&Skb(ctx), ctx, has_l2, seed)
 }
 
+/// The frame's DSCP (RFC 2474), read ahead of [`classify`] so that the
+/// tin, and with it the fair state to roll, is known before the parse:
+/// the roll then runs while one verifier state reaches it, not one per
+/// header shape. The link and VLAN headers as [`classify`] walks them; 0
+/// for a frame that is not IP or is cut short.
+#[inline(always)]
+pub fn dscp(ctx: &TcContext, has_l2: bool) -> u8 {
+    dscp_of(&Skb(ctx), ctx, has_l2).unwrap_or(0)
+}
+
+#[inline(always)]
+fn dscp_of<F: Frame>(f: &F, ctx: &TcContext, has_l2: bool) -> Result<u8, Truncated> {
+    let (proto, off, _) = link_header(f, ctx, has_l2, None)?;
+    // The traffic class: IPv4's second byte; IPv6's four bits after the
+    // version and the next four.
+    let word = load_be16(f, off)?;
+    Ok(match proto {
+        ETH_P_IP => (word as u8) >> 2,
+        ETH_P_IPV6 => ((word >> 4) as u8) >> 2,
+        _ => 0,
+    })
+}
+
+/// The link header and its VLAN tags: the network protocol, where its
+/// header starts, and whether a tag was there. With `h`, the outer tag's
+/// VLAN id goes into the flow key. On a device without a link-layer
+/// header, `skb->protocol` names the protocol.
+#[inline(always)]
+fn link_header<F: Frame>(
+    f: &F,
+    ctx: &TcContext,
+    has_l2: bool,
+    mut h: Option<&mut FlowHasher>,
+) -> Result<(u16, usize, bool), Truncated> {
+    if !has_l2 {
+        // SAFETY: reading a field of the __sk_buff the kernel passed in.
+        let proto = u16::from_be(unsafe { (*ctx.skb.skb).protocol } as u16);
+        return Ok((proto, 0, false));
+    }
+    let mut proto = load_be16(f, 12)?;
+    let mut off = ETH_HLEN;
+    let mut vlan = false;
+    for _ in 0..MAX_VLAN_TAGS {
+        if proto != ETH_P_8021Q && proto != ETH_P_8021AD {
+            break;
+        }
+        if !vlan && let Some(h) = h.as_deref_mut() {
+            // The outer tag's VLAN id is part of the key.
+            h.word(u32::from(load_be16(f, off)? & 0x0fff));
+        }
+        vlan = true;
+        proto = load_be16(f, off + 2)?;
+        off += VLAN_HLEN;
+    }
+    Ok((proto, off, vlan))
+}
+
 /// One parse of the frame through `f`.
 #[inline(always)]
 fn parse<F: Frame>(f: &F, ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Class, Truncated> {
-    let mut off = 0usize;
-    let mut proto;
-    let mut vlan = false;
     let mut h = FlowHasher::new(seed);
-    if has_l2 {
-        proto = load_be16(f, 12)?;
-        off = ETH_HLEN;
-        for _ in 0..MAX_VLAN_TAGS {
-            if proto != ETH_P_8021Q && proto != ETH_P_8021AD {
-                break;
-            }
-            if !vlan {
-                // The outer tag's VLAN id is part of the key.
-                h.word(u32::from(load_be16(f, off)? & 0x0fff));
-            }
-            vlan = true;
-            proto = load_be16(f, off + 2)?;
-            off += VLAN_HLEN;
-        }
-    } else {
-        // SAFETY: reading a field of the __sk_buff the kernel passed in.
-        proto = u16::from_be(unsafe { (*ctx.skb.skb).protocol } as u16);
-    }
+    let (proto, off, vlan) = link_header(f, ctx, has_l2, Some(&mut h))?;
     h.word(u32::from(proto));
     let mut ecn = Ecn::NONE;
     let l4 = match proto {
         ETH_P_IP => {
-            let (l4, bits) = ipv4(f, off, &mut h)?;
+            let (l4, tos) = ipv4(f, off, &mut h)?;
             ecn = Ecn {
                 present: true,
                 l3_off: off as u32,
                 ipv4: true,
-                bits,
+                bits: tos & 0x03,
+                dscp: tos >> 2,
             };
             Some(l4)
         }
         ETH_P_IPV6 => {
-            let (l4, bits) = ipv6(f, off, &mut h)?;
+            let (l4, tclass) = ipv6(f, off, &mut h)?;
             ecn = Ecn {
                 present: true,
                 l3_off: off as u32,
                 ipv4: false,
-                bits,
+                bits: tclass & 0x03,
+                dscp: tclass >> 2,
             };
             Some(l4)
         }
@@ -248,7 +289,7 @@ fn parse<F: Frame>(f: &F, ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Cl
 
 /// IPv4 at `off`: checks the header is whole, then the transport header
 /// unless this is a non-first fragment.
-/// Also returns the ECN bits and hashes addresses, protocol and ports.
+/// Also returns the TOS byte and hashes addresses, protocol and ports.
 #[inline(always)]
 fn ipv4<F: Frame>(f: &F, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Truncated> {
     let hdr: [u8; 20] = f.read(off)?;
@@ -266,11 +307,11 @@ fn ipv4<F: Frame>(f: &F, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Tru
     h.word(u32::from_ne_bytes([hdr[16], hdr[17], hdr[18], hdr[19]]));
     let first_fragment = frag & 0x1fff == 0;
     let l4 = transport(f, off + ihl, proto, first_fragment, h)?;
-    Ok((l4, hdr[1] & 0x03))
+    Ok((l4, hdr[1]))
 }
 
 /// IPv6 at `off`: skips extension headers to the transport header.
-/// Also returns the ECN bits and hashes addresses, protocol and ports.
+/// Also returns the traffic class and hashes addresses, protocol and ports.
 #[inline(always)]
 fn ipv6<F: Frame>(f: &F, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Truncated> {
     let hdr: [u32; 10] = f.read(off)?;
@@ -278,7 +319,7 @@ fn ipv6<F: Frame>(f: &F, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Tru
         h.word(*w);
     }
     let first = u32::from_be(hdr[0]);
-    let ecn = ((first >> 20) & 0x03) as u8;
+    let tclass = ((first >> 20) & 0xff) as u8;
     let mut next = ((u32::from_be(hdr[1]) >> 8) & 0xff) as u8;
     let mut l4 = off + 40;
     let mut first_fragment = true;
@@ -307,7 +348,7 @@ fn ipv6<F: Frame>(f: &F, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Tru
         }
     }
     let l4 = transport(f, l4, next, first_fragment, h)?;
-    Ok((l4, ecn))
+    Ok((l4, tclass))
 }
 
 /// Checks the transport header at `off` is whole and names its class.

@@ -22,6 +22,7 @@ use shaper_common::{
     police::{Action, DropReason},
     rate::wire_len_bytes,
     shared::{account, police_step},
+    tins::SoleTin,
 };
 
 use crate::{
@@ -48,7 +49,8 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
         return Ok(TC_ACT_UNSPEC);
     };
     let veil = Veil::new(config);
-    let rolled = roll::<false>(config, veil);
+    // The policer has one tin.
+    let rolled = roll::<_, false>(config, veil, 0, SoleTin);
     let class = count_and_classify(ctx, config);
     // SAFETY: reading a field of the __sk_buff the kernel passed in.
     let gso_segs = unsafe { (*ctx.skb.skb).gso_segs };

@@ -25,7 +25,13 @@ use aya::{
     maps::{Array, Map},
     programs::TcAttachType,
 };
-use shaper_common::{EGRESS_PROGRAM, config::PacerConfig, fair::FairState, maps};
+use shaper_common::{
+    EGRESS_PROGRAM,
+    config::PacerConfig,
+    fair::FairState,
+    maps,
+    tins::{Diffserv, MAX_TINS, TinState},
+};
 use tracing::{info, warn};
 
 use crate::{
@@ -59,8 +65,10 @@ pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
     bpf::load::load_classifier(&mut ebpf, EGRESS_PROGRAM)?;
     bpf::load::load_telemetry(&mut ebpf)?;
     bpf::load::set_entry0(&mut ebpf, maps::CONFIG, *config)?;
-    // The fair share starts at a multiplier of 1.0.
-    bpf::load::set_entry0(&mut ebpf, maps::FAIR, FairState::default())?;
+    // Every tin's fair share starts at a multiplier of 1.0.
+    bpf::load::set_entries(&mut ebpf, maps::FAIR, MAX_TINS as u32, FairState::default())?;
+    let mode = Diffserv::from_index(config.diffserv);
+    bpf::load::set_entry0(&mut ebpf, maps::TINS, TinState::new(mode))?;
     Ok(ebpf)
 }
 
@@ -179,6 +187,8 @@ fn attach_steps(
         (maps::AGGREGATE, pins::AGGREGATE),
         (maps::FAIR, pins::FAIR),
         (maps::FLOWS, pins::FLOWS),
+        (maps::TINS, pins::TINS),
+        (maps::TIN_COUNTERS, pins::TIN_COUNTERS),
     ] {
         let path = paths.pin_dir.join(file);
         let map: &Map = ebpf

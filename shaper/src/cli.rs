@@ -156,6 +156,14 @@ pub struct RunArgs {
     /// Drop instead of CE-marking ECN-capable packets.
     #[arg(long)]
     pub no_ecn: bool,
+    /// DiffServ tins, as CAKE's (fair pacer): each tin's traffic up to its
+    /// share of the rate goes before lower tins'. Upload and the IFB's
+    /// download; the policer has one tin.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub diffserv: Option<crate::pacer::DiffservArg>,
+    /// Clear each packet's DSCP once its tin is chosen (CAKE's `wash`).
+    #[arg(long)]
+    pub wash: bool,
     /// Telemetry: sample 1 packet in N besides every drop, mark, flow
     /// start and end (0: only those).
     #[arg(long, value_name = "N", default_value_t = shaper_common::config::DEFAULT_SAMPLE_EVERY)]
@@ -184,6 +192,8 @@ impl RunArgs {
             rtt: self.rtt,
             flows: self.flows,
             no_ecn: self.no_ecn,
+            diffserv: self.diffserv,
+            wash: self.wash,
         }
     }
 }

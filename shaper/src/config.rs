@@ -3,7 +3,9 @@
 
 use std::time::Duration;
 
-use shaper_common::config::{FLAG_ECN, FLAG_FAIR, FLAG_TELEMETRY, PacerConfig, sample_threshold};
+use shaper_common::config::{
+    FLAG_ECN, FLAG_FAIR, FLAG_TELEMETRY, FLAG_WASH, PacerConfig, sample_threshold,
+};
 
 use crate::{
     pacer::{PacerArgs, PacerError, PacerKind, PacerSettings},
@@ -130,6 +132,11 @@ impl RunConfig {
         }
         c.target_ns = p.target_ns;
         c.interval_ns = p.interval_ns;
+        c.diffserv = p.diffserv.index();
+        c.tin_planes = p.diffserv.planes();
+        if p.wash {
+            c.flags |= FLAG_WASH;
+        }
         c.flow_sets_mask = p.flow_sets() - 1;
         c.hash_seed = random_seed();
         c.flags &= !FLAG_TELEMETRY;

@@ -31,6 +31,7 @@ pub mod state;
 pub mod status;
 pub mod tc;
 pub mod telemetry;
+pub mod tin_status;
 pub mod trace;
 pub mod undo;
 pub mod watch;

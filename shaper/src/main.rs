@@ -24,6 +24,10 @@ fn exit_code(err: &anyhow::Error) -> i32 {
                 .downcast_ref::<shaper::telemetry::TelemetryError>()
                 .is_some_and(shaper::telemetry::TelemetryError::is_usage_error)
             || cause.is::<shaper::lab::cli::LabUsageError>()
+            || matches!(
+                cause.downcast_ref::<shaper::bench::host::BenchError>(),
+                Some(shaper::bench::host::BenchError::Invalid(_))
+            )
             || cause.is::<shaper::bpf::ObjectError>()
             || matches!(
                 cause.downcast_ref::<LinkError>(),

@@ -19,6 +19,8 @@ use shaper_common::{
     flow::{DEFAULT_FLOWS, WAYS},
 };
 
+use shaper_common::tins::Diffserv;
+
 use crate::rate::Rate;
 
 /// Which pacer the classifier runs.
@@ -29,6 +31,34 @@ pub enum PacerKind {
     /// One clock for all traffic (Cilium's Bandwidth Manager design); kept
     /// for comparison, it has no flow isolation and no AQM.
     Aggregate,
+}
+
+/// The DiffServ tins, as CAKE's keywords name them
+/// (`shaper_common::tins`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffservArg {
+    /// One tin for everything.
+    #[default]
+    Besteffort,
+    /// Bulk (LE, CS1) at 1/16, best effort, voice (EF, VA, CS6, CS7,
+    /// TOS4) at 1/4 of the rate.
+    Diffserv3,
+    /// Bulk (LE, CS1) at 1/16, best effort, video (AF2x-AF4x, CS2, CS3,
+    /// TOS4) at 1/2, voice (EF, VA, CS4-CS7) at 1/4 of the rate.
+    Diffserv4,
+    /// Eight tins, thresholds falling by 7/8 from tin to tin.
+    Diffserv8,
+}
+
+impl From<DiffservArg> for Diffserv {
+    fn from(d: DiffservArg) -> Self {
+        match d {
+            DiffservArg::Besteffort => Diffserv::Besteffort,
+            DiffservArg::Diffserv3 => Diffserv::Diffserv3,
+            DiffservArg::Diffserv4 => Diffserv::Diffserv4,
+            DiffservArg::Diffserv8 => Diffserv::Diffserv8,
+        }
+    }
 }
 
 /// The fewest and most flows the table may hold.
@@ -98,6 +128,10 @@ pub struct PacerArgs {
     pub flows: Option<u64>,
     /// `--no-ecn`.
     pub no_ecn: bool,
+    /// `--diffserv`; besteffort when absent.
+    pub diffserv: Option<DiffservArg>,
+    /// `--wash`.
+    pub wash: bool,
 }
 
 /// Resolved pacer settings.
@@ -113,6 +147,10 @@ pub struct PacerSettings {
     pub flows: u32,
     /// CE-mark ECN-capable packets instead of dropping them.
     pub ecn: bool,
+    /// The DiffServ tins.
+    pub diffserv: Diffserv,
+    /// Clear each packet's DSCP once its tin is chosen.
+    pub wash: bool,
 }
 
 impl PacerSettings {
@@ -126,6 +164,10 @@ impl PacerSettings {
                 (args.rtt.is_some(), "rtt"),
                 (args.flows.is_some(), "flows"),
                 (args.no_ecn, "no-ecn"),
+                (
+                    args.diffserv.is_some_and(|d| d != DiffservArg::Besteffort),
+                    "diffserv",
+                ),
             ] {
                 if given {
                     return Err(PacerError::NotForAggregate { flag });
@@ -172,6 +214,8 @@ impl PacerSettings {
             interval_ns: interval_eff,
             flows,
             ecn: !args.no_ecn,
+            diffserv: args.diffserv.unwrap_or_default().into(),
+            wash: args.wash,
         })
     }
 
@@ -258,6 +302,15 @@ mod tests {
             ..PacerArgs::default()
         });
         assert!(e.contains("fair pacer only"), "{e}");
+        let e = bad(PacerArgs {
+            kind: Some(PacerKind::Aggregate),
+            diffserv: Some(DiffservArg::Diffserv4),
+            ..PacerArgs::default()
+        });
+        assert!(
+            e.contains("--diffserv") && e.contains("fair pacer only"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -32,6 +32,10 @@ pub const AGGREGATE: &str = "aggregate";
 pub const FAIR: &str = "fair";
 /// The flow table.
 pub const FLOWS: &str = "flows";
+/// The tins' thresholds and usage.
+pub const TINS: &str = "tins";
+/// The per-tin counters.
+pub const TIN_COUNTERS: &str = "tin_counters";
 /// The TCX link.
 pub const LINK: &str = "link";
 /// The policer's extra pin: its virtual link.

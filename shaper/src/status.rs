@@ -10,6 +10,7 @@ use shaper_common::{
     config::PacerConfig,
     counters::Counter,
     fair::{FairState, MULT_ONE},
+    tins::Diffserv,
 };
 
 use crate::{
@@ -46,6 +47,9 @@ pub struct IfaceStatus {
     pub counters: Option<CounterSnapshot>,
     /// The fair pacer's shared state, if the pins are visible here.
     pub fair: Option<FairState>,
+    /// Each tin, when the pacer runs more than one and the pins are
+    /// visible here.
+    pub tins: Option<Vec<crate::tin_status::TinStatus>>,
     /// The ingress policer's counters, when ingress is shaped and its pins
     /// are visible here.
     pub ingress_counters: Option<CounterSnapshot>,
@@ -96,6 +100,10 @@ pub fn collect(
         let fair = pins::open(&paths.pin_dir.join(pins::FAIR))?
             .and_then(|m| Array::<_, FairState>::try_from(m).ok())
             .and_then(|a| a.get(&0, 0).ok());
+        let tins = match &config {
+            Some(c) => crate::tin_status::read(&paths.pin_dir, c)?,
+            None => None,
+        };
         let ingress_counters = match record.ingress {
             Some(_) => read_counters(&pins::ingress_dir(&paths).join(pins::COUNTERS))?,
             None => None,
@@ -115,6 +123,7 @@ pub fn collect(
             ingress_programs,
             ingress_counters,
             fair,
+            tins,
             pid_alive: crate::state::pid_alive(record.pid),
             present,
             root_qdisc,
@@ -170,6 +179,8 @@ pub fn to_json(st: &IfaceStatus) -> String {
             "interval_ns": c.interval_ns,
             "flows": (u64::from(c.flow_sets_mask) + 1) * shaper_common::flow::WAYS as u64,
             "ecn": c.flags & shaper_common::config::FLAG_ECN != 0,
+            "diffserv": Diffserv::from_index(c.diffserv).name(),
+            "wash": c.flags & shaper_common::config::FLAG_WASH != 0,
             "generation": c.generation,
         });
     }
@@ -184,6 +195,9 @@ pub fn to_json(st: &IfaceStatus) -> String {
             "committed_flows": f.committed_flows(),
             "epoch_updates": f.updates,
         });
+    }
+    if let Some(tins) = &st.tins {
+        v["tins"] = crate::tin_status::json(tins);
     }
     if let Some(counters) = &st.counters {
         v["counters"] = counters_json(counters);
@@ -409,6 +423,9 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
                         f.backlogged_flows(),
                         f.committed_flows()
                     );
+                }
+                if let Some(tins) = &st.tins {
+                    crate::tin_status::render(&mut s, Diffserv::from_index(c.diffserv), tins);
                 }
             }
         }

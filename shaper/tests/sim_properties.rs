@@ -88,6 +88,7 @@ fn aggregate_bound_when_a_flow_joins() {
             source: Source::aimd_ms(30),
             start_ns: 5 * SEC,
             stop_ns: Some(12 * SEC),
+            tin: 0,
         });
     check_bound(&[("4 bulk + ping + join 5-12 s", &join)]);
 }
@@ -207,6 +208,7 @@ fn work_conserving_alone_and_after_others_stop() {
                 source: Source::aimd_ms(rtt),
                 start_ns: 0,
                 stop_ns: (rtt != 10).then_some(10 * SEC),
+                tin: 0,
             });
         }
         let r = sim(&sc);

@@ -29,6 +29,7 @@ use shaper_common::{
     maps,
     police::LinkState,
     rate::ScaledRate,
+    tins::{MAX_TINS, TinCounters, TinState},
 };
 
 use crate::{
@@ -90,6 +91,10 @@ pub struct Loaded {
     pub flows: Array<MapData, FlowSet>,
     /// The ingress policer's virtual link (`SHAPER_POLICE_LINK`).
     pub police_link: Array<MapData, LinkState>,
+    /// The tins' table (`SHAPER_TINS`).
+    pub tins: Array<MapData, TinState>,
+    /// The per-tin counters (`SHAPER_TIN_COUNTERS`).
+    pub tin_counters: PerCpuArray<MapData, TinCounters>,
     program: &'static str,
     reset: ResetPlan,
 }
@@ -197,6 +202,9 @@ impl Loaded {
         let flows = Array::try_from(take(&mut ebpf, maps::FLOWS)).expect("flows map type");
         let police_link =
             Array::try_from(take(&mut ebpf, maps::POLICE_LINK)).expect("police link map type");
+        let tins = Array::try_from(take(&mut ebpf, maps::TINS)).expect("tins map type");
+        let tin_counters =
+            PerCpuArray::try_from(take(&mut ebpf, maps::TIN_COUNTERS)).expect("tin counters type");
         Self {
             ebpf,
             prog,
@@ -206,16 +214,33 @@ impl Loaded {
             fair,
             flows,
             police_link,
+            tins,
+            tin_counters,
             program: name,
             reset,
         }
     }
 
-    /// What the loader writes after a load, on a new or a reset object.
+    /// What the loader writes after a load, on a new or a reset object:
+    /// every tin's fair state at a multiplier of 1.0, one tin.
     fn init(&mut self) {
-        self.fair
-            .set(0, FairState::default(), 0)
-            .expect("write SHAPER_FAIR");
+        for t in 0..MAX_TINS as u32 {
+            self.fair
+                .set(t, FairState::default(), 0)
+                .expect("write SHAPER_FAIR");
+        }
+        self.tins
+            .set(0, TinState::default(), 0)
+            .expect("write SHAPER_TINS");
+    }
+
+    /// Tin `tin`'s counters, summed over CPUs.
+    pub fn tin_counts(&self, tin: u32) -> TinCounters {
+        self.tin_counters
+            .get(&tin, 0)
+            .expect("read SHAPER_TIN_COUNTERS")
+            .iter()
+            .fold(TinCounters::default(), |a, c| a.add(c))
     }
 
     /// Every map's contents, by name (see [`ResetPlan::contents`]).

@@ -105,6 +105,39 @@ fn bad_rates_exit_2() {
 }
 
 #[test]
+fn bad_tin_options_exit_2() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let pair = Pair::new("tins", 1);
+    let run = ["--iface", "left0", "--rate", "20mbit"];
+    let with = |extra: &[&'static str]| [&run[..], extra].concat();
+    expect_usage_error(&pair, &with(&["--diffserv", "diffserv5"]), &["diffserv4"]);
+    expect_usage_error(
+        &pair,
+        &with(&["--diffserv", "diffserv4", "--pacer", "aggregate"]),
+        &["--diffserv", "fair pacer only"],
+    );
+}
+
+#[test]
+fn a_bench_option_out_of_range_exits_2() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let pair = Pair::new("bench", 1);
+    let out = pair
+        .left
+        .shaper()
+        .args(["bench", "--rounds", "0"])
+        .output()
+        .expect("spawn shaper");
+    let msg = text(&out);
+    assert_eq!(out.status.code(), Some(2), "{msg}");
+    assert!(msg.contains("must be positive"), "{msg}");
+}
+
+#[test]
 fn no_privileges_exits_2() {
     if !require(&[Need::Root, Need::Tool("setpriv", "--version")]) {
         return;

@@ -16,6 +16,7 @@ use shaper_common::{
     },
     flow::{FlowSet, WAYS},
     shared::roll_epoch,
+    tins::TinState,
 };
 use shaper_tests::{
     bpf_harness::*,
@@ -311,7 +312,7 @@ fn roll_with_committed(n: u64, slots_ahead: u64) -> (u64, u64) {
         h.run(&udp4_ecn(1000, 0).bytes, None);
         let after = h.fair.get(&0, 0).expect("read");
         let mut library = state;
-        roll_epoch::<_, true>(&mut library, now_epoch);
+        roll_epoch::<_, _, true>(&mut library, &mut TinState::default(), 0, now_epoch);
         (after.epoch == now_epoch).then_some((after.mult_q16, library.mult_q16))
     })
 }
@@ -369,7 +370,7 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
     // The epoch just finished carried 1.5 epochs of transmission time.
     let (h, now_epoch, before, after) = roll_with_one_packet(state, EPOCH_NS * 3 / 2);
     let mut library = before;
-    roll_epoch::<_, true>(&mut library, now_epoch);
+    roll_epoch::<_, _, true>(&mut library, &mut TinState::default(), 0, now_epoch);
     assert_eq!(after.updates, 1);
     // The kernel ran the same update as the library: average 1.125 epochs,
     // so m grows by exp(1/32), about 3.2%.
@@ -587,7 +588,7 @@ fn the_classifier_and_the_shared_steps_agree_packet_by_packet() {
         assert_eq!(records.len(), 1, "packet {i}: records {records:?}");
         let now_ns = records[0].ts_ns;
         let epoch = now_ns >> EPOCH_SHIFT;
-        let mult_q16 = roll_epoch::<_, true>(&mut library, epoch);
+        let mult_q16 = roll_epoch::<_, _, true>(&mut library, &mut TinState::default(), 0, epoch);
         let flow = flows
             .entry(sport)
             .or_insert_with(|| FlowEntry::fresh(1, now_ns));

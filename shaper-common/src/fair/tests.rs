@@ -5,7 +5,7 @@ use super::*;
 
 /// The epoch roll on a private copy, the pacer's (committed count kept).
 fn roll_epoch(s: &mut FairState, epoch: u64) {
-    crate::shared::roll_epoch::<_, true>(s, epoch);
+    crate::shared::roll_epoch::<_, _, true>(s, &mut crate::tins::TinState::default(), 0, epoch);
 }
 
 const P: FairParams = FairParams {
@@ -395,21 +395,42 @@ fn roll_epoch_measures_the_finished_epoch_and_clears_past_slots() {
 fn a_raise_that_would_only_idle_the_link_does_not_stand() {
     let m = 4 * MULT_ONE + MULT_ONE / 2;
     // Four committed flows at m = 4 fill the link: a raise may stand.
-    assert!(!raise_would_idle(4 * MULT_ONE, 4, 0, 5));
+    assert!(!raise_would_idle(4 * MULT_ONE, 4, 0, 5, EPOCH_NS, MULT_ONE));
     // At m = 4.5 they leave a ninth of it idle ...
-    assert!(raise_would_idle(m, 4, 0, 5));
-    assert!(raise_would_idle(m, 4, EPOCH_NS / 10, 5));
+    assert!(raise_would_idle(m, 4, 0, 5, EPOCH_NS, MULT_ONE));
+    assert!(raise_would_idle(m, 4, EPOCH_NS / 10, 5, EPOCH_NS, MULT_ONE));
     // ... unless the traffic passed unpaced fills it.
-    assert!(!raise_would_idle(m, 4, EPOCH_NS / 8, 5));
+    assert!(!raise_would_idle(m, 4, EPOCH_NS / 8, 5, EPOCH_NS, MULT_ONE));
     // Fewer than half of m committed: flows paused together, no hold.
-    assert!(!raise_would_idle(m, 2, 0, 5));
-    assert!(!raise_would_idle(MULT_ONE, 0, 0, 5));
+    assert!(!raise_would_idle(m, 2, 0, 5, EPOCH_NS, MULT_ONE));
+    assert!(!raise_would_idle(MULT_ONE, 0, 0, 5, EPOCH_NS, MULT_ONE));
     // Among more flows than the join rule acts among, the feedback alone
     // raises the share for newcomers: no hold.
-    assert!(!raise_would_idle(m, 4, 0, JOIN_MAX_FLOWS + 1));
-    assert!(raise_would_idle(m, 4, 0, JOIN_MAX_FLOWS));
+    assert!(!raise_would_idle(
+        m,
+        4,
+        0,
+        JOIN_MAX_FLOWS + 1,
+        EPOCH_NS,
+        MULT_ONE
+    ));
+    assert!(raise_would_idle(
+        m,
+        4,
+        0,
+        JOIN_MAX_FLOWS,
+        EPOCH_NS,
+        MULT_ONE
+    ));
     // The extremes neither overflow nor hold.
-    assert!(!raise_would_idle(MULT_MAX - 1, 1 << 31, u64::MAX, 5));
+    assert!(!raise_would_idle(
+        MULT_MAX - 1,
+        1 << 31,
+        u64::MAX,
+        5,
+        EPOCH_NS,
+        MULT_ONE
+    ));
 
     // In the roll, as flows join: four committed flows, m = 4.5 (the join
     // rule's step), the last epoch accepted twice the rate. The feedback
@@ -458,6 +479,6 @@ fn the_pacer_counts_the_time_it_passes_unpaced() {
     ));
     assert_eq!(st.unpaced_ns, 1_000);
     // The policer's roll keeps no committed count and leaves it alone.
-    crate::shared::roll_epoch::<_, false>(&mut st, 1);
+    crate::shared::roll_epoch::<_, _, false>(&mut st, &mut crate::tins::TinState::default(), 0, 1);
     assert_eq!(st.unpaced_ns, 1_000);
 }

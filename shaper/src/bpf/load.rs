@@ -110,6 +110,23 @@ pub fn set_entry0<T: Pod>(ebpf: &mut Ebpf, name: &str, value: T) -> Result<(), L
         .map_err(|e| step(name)(format!("writing: {e}")))
 }
 
+/// Sets entries `0..count` of array map `name` to `value`.
+pub fn set_entries<T: Pod>(
+    ebpf: &mut Ebpf,
+    name: &str,
+    count: u32,
+    value: T,
+) -> Result<(), LoadError> {
+    let mut array: Array<_, T> =
+        Array::try_from(take_mut(ebpf, name)?).map_err(|e| step(name)(e.to_string()))?;
+    for i in 0..count {
+        array
+            .set(i, value, 0)
+            .map_err(|e| step(name)(format!("writing entry {i}: {e}")))?;
+    }
+    Ok(())
+}
+
 /// Takes map `name` out of the object, typed (for a reader that outlives
 /// borrows of the object).
 pub fn take<T: TryFrom<Map>>(ebpf: &mut Ebpf, name: &str) -> Result<T, LoadError>

@@ -15,6 +15,7 @@ use shaper_common::fair::{EPOCH_SHIFT, FairState, Packet, Verdict, departure_slo
 use shaper_common::flow::FlowEntry;
 use shaper_common::rate::ScaledRate;
 use shaper_common::shared::{account, pace, roll_epoch};
+use shaper_common::tins::{MAX_TINS, TinState};
 
 use super::report::{Departure, FlowReport, SimReport, VerdictCounts};
 use super::rng::SplitMix64;
@@ -102,6 +103,8 @@ struct FlowRt {
     active: bool,
     stop_ns: u64,
     entry: FlowEntry,
+    /// The tin its packets are in.
+    tin: usize,
     aimd: Aimd,
     /// Packets sent so far (the next packet's number).
     sent: u64,
@@ -116,7 +119,10 @@ struct FlowRt {
 struct Sim<'a> {
     sc: &'a Scenario,
     rate: ScaledRate,
-    fair: FairState,
+    /// Each tin's shared state; the policer uses the first.
+    fairs: Vec<FairState>,
+    /// The tins' table.
+    tins: TinState,
     flows: Vec<FlowRt>,
     queue: BinaryHeap<Event>,
     next_seq: u64,
@@ -141,7 +147,8 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
     let mut sim = Sim {
         sc,
         rate,
-        fair: FairState::default(),
+        fairs: vec![FairState::default(); MAX_TINS],
+        tins: TinState::new(sc.diffserv),
         flows: Vec::with_capacity(sc.flows.len()),
         queue: BinaryHeap::new(),
         next_seq: 0,
@@ -157,6 +164,7 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
             active: false,
             stop_ns: f.stop_ns.unwrap_or(u64::MAX),
             entry: FlowEntry::fresh(i as u32 + 1, 0),
+            tin: f.tin.min(sc.diffserv.tins() - 1),
             aimd: Aimd {
                 cwnd: INITIAL_WINDOW,
                 ssthresh: f64::INFINITY,
@@ -334,13 +342,17 @@ impl Sim<'_> {
             return self.police_send(i, now, len, ect);
         }
         let epoch = now >> EPOCH_SHIFT;
-        if epoch > self.fair.epoch {
+        let tin = self.flows[i].tin;
+        let fair = &mut self.fairs[tin];
+        if epoch > fair.epoch {
             if self.sc.committed_floor {
-                roll_epoch::<_, true>(&mut self.fair, epoch);
+                roll_epoch::<_, _, true>(fair, &mut self.tins, tin, epoch);
             } else {
-                roll_epoch::<_, false>(&mut self.fair, epoch);
+                roll_epoch::<_, _, false>(fair, &mut self.tins, tin, epoch);
             }
-            self.mult_trace.push((now, self.fair.mult_q16));
+            if tin == 0 {
+                self.mult_trace.push((now, fair.mult_q16));
+            }
         }
         let tx_ns = self.rate.tx_time_ns(len);
         let pkt = Packet {
@@ -349,15 +361,15 @@ impl Sim<'_> {
             tx_ns,
             ect,
         };
-        let mult = self.fair.mult_q16;
+        let mult = fair.mult_q16;
         let params = self.sc.params;
         let f = &mut self.flows[i];
         let seq = f.sent;
         f.sent += 1;
         let verdict = if self.sc.committed_floor {
-            pace::<_, true>(&mut self.fair, &mut f.entry, &pkt, epoch, mult, &params)
+            pace::<_, true>(fair, &mut f.entry, &pkt, epoch, mult, &params)
         } else {
-            pace::<_, false>(&mut self.fair, &mut f.entry, &pkt, epoch, mult, &params)
+            pace::<_, false>(fair, &mut f.entry, &pkt, epoch, mult, &params)
         };
         let v = &mut f.report.verdicts;
         match verdict {
@@ -382,9 +394,9 @@ impl Sim<'_> {
         };
         match self.sc.accounting {
             Accounting::Departure => {
-                self.fair.scheduled_ns[departure_slot(epoch, stamp)] += tx_ns;
+                fair.scheduled_ns[departure_slot(epoch, stamp)] += tx_ns;
             }
-            Accounting::Decision => account(&mut self.fair, epoch, tx_ns),
+            Accounting::Decision => account(fair, epoch, tx_ns),
         }
         // sch_fq: at the stamp, but never before the flow's previous packet.
         if stamp < f.last_depart_ns {

@@ -56,6 +56,7 @@ pub use report::{Departure, Excess, FlowReport, SimReport, VerdictCounts, jain_i
 use shaper_common::codel::CodelParams;
 use shaper_common::config::{DEFAULT_HORIZON_NS, DEFAULT_INTERVAL_NS, DEFAULT_TARGET_NS};
 use shaper_common::fair::FairParams;
+use shaper_common::tins::Diffserv;
 
 /// One nanosecond-denominated millisecond.
 pub const MS: u64 = 1_000_000;
@@ -135,6 +136,9 @@ pub struct FlowSpec {
     pub start_ns: u64,
     /// When it stops sending new packets, ns; `None`: at the end of the run.
     pub stop_ns: Option<u64>,
+    /// The tin its packets are in ([`Scenario::diffserv`]'s; 0, best
+    /// effort, for a scenario without tins).
+    pub tin: usize,
 }
 
 impl FlowSpec {
@@ -144,7 +148,13 @@ impl FlowSpec {
             source,
             start_ns: 0,
             stop_ns: None,
+            tin: 0,
         }
+    }
+
+    /// This flow in tin `tin`.
+    pub fn in_tin(self, tin: usize) -> Self {
+        Self { tin, ..self }
     }
 }
 
@@ -169,6 +179,8 @@ pub struct Scenario {
     /// (`shaper_common::committed`), as in the classifier; off, for
     /// comparison, the accepted-traffic feedback and the cap alone set it.
     pub committed_floor: bool,
+    /// The DiffServ mode whose tins the flows are in.
+    pub diffserv: Diffserv,
 }
 
 /// Where the pacer's decision acts.
@@ -244,6 +256,7 @@ impl Scenario {
             accounting: Accounting::Decision,
             mode: Mode::Pace,
             committed_floor: true,
+            diffserv: Diffserv::Besteffort,
         }
     }
 

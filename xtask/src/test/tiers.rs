@@ -53,6 +53,7 @@ const SHARED: &[(&str, Pick)] = &[
     ("prog_test_run_fair", Pick::All),
     ("prog_test_run_pacing", Pick::All),
     ("prog_test_run_police", Pick::All),
+    ("prog_test_run_tins", Pick::All),
     ("prog_test_run_telemetry", Pick::All),
     ("netns_counters", Pick::All),
     ("tc_restore", Pick::All),

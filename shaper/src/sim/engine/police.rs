@@ -15,6 +15,7 @@
 use shaper_common::fair::{EPOCH_SHIFT, Packet, count_active, count_backlogged};
 use shaper_common::police::{Action, DropReason, police};
 use shaper_common::shared::{account, join, police_step, roll_epoch};
+use shaper_common::tins::SoleTin;
 
 use super::super::PoliceRule;
 use super::super::report::Departure;
@@ -73,9 +74,9 @@ impl Sim<'_> {
         sent_ns: u64,
     ) {
         let epoch = now >> EPOCH_SHIFT;
-        if epoch > self.fair.epoch {
-            roll_epoch::<_, false>(&mut self.fair, epoch);
-            self.mult_trace.push((now, self.fair.mult_q16));
+        if epoch > self.fairs[0].epoch {
+            roll_epoch::<_, _, false>(&mut self.fairs[0], &mut SoleTin, 0, epoch);
+            self.mult_trace.push((now, self.fairs[0].mult_q16));
         }
         let tx_ns = self.rate.tx_time_ns(len);
         // At ingress skb->tstamp is the receive time, never a departure.
@@ -85,7 +86,7 @@ impl Sim<'_> {
             tx_ns,
             ect,
         };
-        let mult = self.fair.mult_q16;
+        let mult = self.fairs[0].mult_q16;
         let params = self.sc.params;
         let f = &mut self.flows[i];
         let r = match self.sc.mode {
@@ -93,7 +94,7 @@ impl Sim<'_> {
                 rule: PoliceRule::Link,
                 ..
             } => police_step(
-                &mut self.fair,
+                &mut self.fairs[0],
                 &mut f.entry,
                 &mut self.police_link,
                 &pkt,
@@ -105,14 +106,14 @@ impl Sim<'_> {
             // around it.
             _ => {
                 if count_active(&mut f.entry, epoch) {
-                    self.fair.active_now += 1;
+                    self.fairs[0].active_now += 1;
                 }
                 let r = police(&mut f.entry, &pkt, mult, &params);
                 if r.action != Action::Drop
                     && r.virtual_delay_ns > 0
                     && count_backlogged(&mut f.entry, epoch)
                 {
-                    join(&mut self.fair, mult);
+                    join(&mut self.fairs[0], mult);
                 }
                 r
             }
@@ -136,7 +137,7 @@ impl Sim<'_> {
             }
             return;
         }
-        account(&mut self.fair, epoch, tx_ns);
+        account(&mut self.fairs[0], epoch, tx_ns);
         f.report.delays.push((now, r.virtual_delay_ns));
         let total = f.report.delivered.last().map_or(0, |&(_, b)| b) + u64::from(len);
         f.report.delivered.push((now + rtt / 2, total));
