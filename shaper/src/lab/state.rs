@@ -50,6 +50,14 @@ pub enum State {
         /// Its bandwidth.
         rate: Rate,
     },
+    /// CAKE at `rate` with DiffServ tins (`diffserv3`, `diffserv4`,
+    /// `diffserv8`).
+    CakeTins {
+        /// Its bandwidth.
+        rate: Rate,
+        /// CAKE's keyword for the tins.
+        diffserv: &'static str,
+    },
     /// HTB at `rate` with fq_codel as its only leaf (what sqm-scripts'
     /// `simple.qos` builds, without its priority classes).
     FqCodel {
@@ -145,6 +153,7 @@ impl State {
         match self {
             State::None => "none".to_owned(),
             State::Cake { rate } => format!("cake {rate}"),
+            State::CakeTins { rate, diffserv } => format!("cake {rate} {diffserv}"),
             State::FqCodel { rate } => format!("fq_codel {rate}"),
             State::Shaper {
                 rate, extra_args, ..
@@ -183,6 +192,7 @@ impl State {
         match self {
             State::None => None,
             State::Cake { rate }
+            | State::CakeTins { rate, .. }
             | State::FqCodel { rate }
             | State::Shaper { rate, .. }
             | State::CakeIngress { rate }
@@ -200,19 +210,8 @@ impl State {
         let mut shaper = None;
         match self {
             State::None => {}
-            State::Cake { rate } => {
-                tb.ns(Host::Router).tc(&[
-                    "qdisc",
-                    "replace",
-                    "dev",
-                    dev,
-                    "root",
-                    "cake",
-                    "bandwidth",
-                    &tc_rate(*rate),
-                    "besteffort",
-                ])?;
-            }
+            State::Cake { rate } => cake_root(tb, *rate, "besteffort")?,
+            State::CakeTins { rate, diffserv } => cake_root(tb, *rate, diffserv)?,
             State::CakeSplit { rate, queues } => {
                 let router = tb.ns(Host::Router);
                 let n = (*queues).max(1);
@@ -377,6 +376,23 @@ pub fn policer_burst_bytes(rate: Rate) -> u64 {
     at_rate.max(64 * 1024)
 }
 
+/// One CAKE at `rate` as the WAN device's root, with `tins` (CAKE's
+/// keyword: `besteffort`, `diffserv4`, ...).
+fn cake_root(tb: &Testbed, rate: Rate, tins: &str) -> Result<(), LabError> {
+    tb.ns(Host::Router).tc(&[
+        "qdisc",
+        "replace",
+        "dev",
+        tb.wan_dev(),
+        "root",
+        "cake",
+        "bandwidth",
+        &tc_rate(rate),
+        tins,
+    ])?;
+    Ok(())
+}
+
 /// A rate as tc and shaper both read it, exactly: `<n>bit`.
 pub(crate) fn tc_rate(rate: Rate) -> String {
     format!("{}bit", rate.bits_per_s())
@@ -524,6 +540,7 @@ impl AppliedState<'_> {
             | State::ShaperIngress { .. }
             | State::CakeSplit { .. }
             | State::CakeMq { .. }
+            | State::CakeTins { .. }
             | State::Stack(_) => {
                 return Err(LabError::Unsupported {
                     operation: "set_rate",
@@ -617,6 +634,7 @@ impl AppliedState<'_> {
         match &self.state {
             State::None => Ok(()),
             State::Cake { .. }
+            | State::CakeTins { .. }
             | State::FqCodel { .. }
             | State::CakeSplit { .. }
             | State::CakeMq { .. } => router.tc(&["qdisc", "del", "dev", dev, "root"]).map(drop),

@@ -71,6 +71,8 @@ pub struct FlowSpec {
     /// UDP payload bytes per datagram (`-l`); `None` for iperf3's default
     /// (the path MTU's worth).
     pub datagram_len: Option<u32>,
+    /// The IP TOS byte (`-S`), DSCP and ECN bits: `0xb8` is EF.
+    pub tos: Option<u8>,
 }
 
 impl FlowSpec {
@@ -85,6 +87,7 @@ impl FlowSpec {
             udp: false,
             reverse: false,
             datagram_len: None,
+            tos: None,
         }
     }
 
@@ -98,6 +101,7 @@ impl FlowSpec {
             udp: true,
             reverse: false,
             datagram_len: None,
+            tos: None,
         }
     }
 
@@ -118,6 +122,12 @@ impl FlowSpec {
     /// `len` 1000 at 8 kbit/s).
     pub fn with_datagram_len(mut self, len: u32) -> Self {
         self.datagram_len = Some(len);
+        self
+    }
+
+    /// With TOS byte `tos` (`-S`): `0xb8` marks EF.
+    pub fn with_tos(mut self, tos: u8) -> Self {
+        self.tos = Some(tos);
         self
     }
 
@@ -263,6 +273,9 @@ impl IperfClient {
         }
         if spec.reverse {
             cmd.arg("-R");
+        }
+        if let Some(tos) = spec.tos {
+            cmd.args(["-S", &tos.to_string()]);
         }
         let daemon = Daemon::spawn(&mut cmd, "iperf3-client")?;
         Ok(Self {
