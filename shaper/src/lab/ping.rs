@@ -38,10 +38,27 @@ impl Ping {
         delay: Duration,
         duration: Duration,
     ) -> Self {
+        Self::spawn_marked(tb, from, to, (interval, delay, duration), None)
+    }
+
+    /// As [`Ping::spawn`] (`times`: interval, delay, duration), the probes'
+    /// TOS byte set to `tos` (`ping -Q`; `0xb8` is EF).
+    pub fn spawn_marked(
+        tb: &Testbed,
+        from: Host,
+        to: Ipv4Addr,
+        times: (Duration, Duration, Duration),
+        tos: Option<u8>,
+    ) -> Self {
+        let (interval, delay, duration) = times;
         let mut cmd: Command = tb.command(from, "ping");
         let secs = duration.as_secs() + u64::from(duration.subsec_nanos() > 0);
         cmd.args(["-n", "-i", &format!("{:.3}", interval.as_secs_f64())])
-            .args(["-w", &secs.max(1).to_string(), &to.to_string()]);
+            .args(["-w", &secs.max(1).to_string()]);
+        if let Some(tos) = tos {
+            cmd.args(["-Q", &tos.to_string()]);
+        }
+        cmd.arg(to.to_string());
         let handle = std::thread::spawn(move || {
             sleep(delay);
             let command = exec::describe(&cmd);

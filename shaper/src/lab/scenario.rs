@@ -58,6 +58,8 @@ pub struct Scenario {
     pub ping_from: Option<Host>,
     /// Ping interval (root may go below 0.2 s).
     pub ping_interval: Duration,
+    /// The ping probes' TOS byte (`ping -Q`), if set.
+    pub ping_tos: Option<u8>,
     /// Durations.
     pub timing: Timing,
     /// A live rate change, if any.
@@ -77,6 +79,7 @@ impl Scenario {
             flows,
             ping_from: None,
             ping_interval: Duration::from_millis(50),
+            ping_tos: None,
             timing,
             rate_change: None,
             counter_every: None,
@@ -311,13 +314,16 @@ fn run_applied(
         .map(|(spec, server)| IperfClient::spawn(tb, spec, server, &scenario.timing))
         .collect::<Result<Vec<_>, _>>()?;
     let ping = scenario.ping_from.map(|host| {
-        Ping::spawn(
+        Ping::spawn_marked(
             tb,
             host,
             Host::Server.addr(),
-            scenario.ping_interval,
-            scenario.timing.omit,
-            scenario.timing.duration,
+            (
+                scenario.ping_interval,
+                scenario.timing.omit,
+                scenario.timing.duration,
+            ),
+            scenario.ping_tos,
         )
     });
     let mut rate_changed_at = None;
