@@ -6,7 +6,10 @@
 //!   gives the flow about that, where one fair share of 17 would be under
 //!   6%. The bar: the shaper's EF share (of what all flows carried) is at
 //!   least [`SHARE_OF_CAKES`] of CAKE's. The shaper without tins runs
-//!   beside them, printed, so the gap the tins close is on record.
+//!   beside them, printed, so the gap the tins close is on record. And
+//!   `shaper status --json`, read after the run, must count at least
+//!   [`VOICE_BYTES_SHARE`] of the bytes in the voice tin: the tins'
+//!   counters, pins and status, end to end.
 //! - **EF voice:** a 1 Mbit/s UDP flow of 200-byte datagrams and a ping
 //!   every 20 ms, both marked EF, from the client. The bars: the pings'
 //!   p99 at most [`VOICE_P99_FACTOR`] × CAKE's, and the UDP flow's loss at
@@ -38,6 +41,11 @@ const EF_TOS: u8 = 0xb8;
 const BEST_EFFORT_STREAMS: u32 = 16;
 /// The least share of CAKE's the shaper's EF flow may get.
 const SHARE_OF_CAKES: f64 = 0.95;
+/// The least part of the bytes `shaper status` counts in the voice tin
+/// with the EF bulk flow: its traffic, seen through the pinned counters,
+/// in the tin the flow's DSCP names (a quarter less the slack of TCP's
+/// share over a run).
+const VOICE_BYTES_SHARE: f64 = 0.2;
 /// The EF pings' p99 may be this multiple of CAKE's.
 const VOICE_P99_FACTOR: f64 = 1.2;
 /// The EF UDP flow's loss may exceed CAKE's by this much, percent.
@@ -64,6 +72,20 @@ fn ef_share(r: &RunResult) -> f64 {
     }
 }
 
+/// diffserv4's voice tin.
+const VOICE: u32 = 3;
+
+/// The voice tin's part of the bytes every tin counted, as `shaper
+/// status --json` reports them after the run; 0 when it has none.
+fn voice_bytes_share(r: &RunResult) -> f64 {
+    let Ok(c) = &r.counters else {
+        return 0.0;
+    };
+    let bytes = |t: u32| c.get(&format!("tin.{t}.bytes")).copied().unwrap_or(0) as f64;
+    let all: f64 = (0..4).map(bytes).sum();
+    if all > 0.0 { bytes(VOICE) / all } else { 0.0 }
+}
+
 fn shaper(args: &[&str]) -> State {
     State::Shaper {
         bin: shaper_bin(),
@@ -88,12 +110,14 @@ fn ef_bulk(tb: &Testbed) -> Verdict {
         let ours = run(shaper(&["--diffserv", "diffserv4"]));
         let (s, c) = (ef_share(&ours), ef_share(&cake));
         let bar = SHARE_OF_CAKES * c;
+        let counted = voice_bytes_share(&ours);
         verdict(
-            s >= bar,
+            s >= bar && counted >= VOICE_BYTES_SHARE,
             format!(
                 "EF bulk beside {BEST_EFFORT_STREAMS} best-effort streams: shaper diffserv4 EF \
-                 share {s:.3} (needs ≥ {bar:.3}), goodput {:.3}; CAKE diffserv4 {c:.3}, goodput \
-                 {:.3}; shaper without tins {:.3}",
+                 share {s:.3} (needs ≥ {bar:.3}), goodput {:.3}, the voice tin's bytes in \
+                 `shaper status` {counted:.3} of all (needs ≥ {VOICE_BYTES_SHARE}); CAKE \
+                 diffserv4 {c:.3}, goodput {:.3}; shaper without tins {:.3}",
                 ours.ratio(rate()),
                 cake.ratio(rate()),
                 ef_share(&plain)

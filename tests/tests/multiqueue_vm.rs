@@ -23,7 +23,12 @@
 //! - **(c)** one flow from the client on queue 0, 8 from the second client
 //!   on queue 1: Jain's index over the 9 flows at least [`JAIN_BAR`]. A
 //!   rate split per queue would give the lone flow its queue's part and
-//!   the eight theirs.
+//!   the eight theirs;
+//! - **(e)** one TCP flow marked EF from the client on queue 2, 16
+//!   best-effort flows from the second client on the queues their hashes
+//!   pick, diffserv4: the EF flow's share at least [`EF_SHARE_OF_CAKES`]
+//!   of its share under one CAKE diffserv4 at the root: the voice tin's
+//!   quarter must hold across queues.
 //!
 //! Beside each, in the same testbed, the anchors: `mq` with one CAKE per
 //! queue at rate / queues (`State::CakeSplit`), the split that one shaper
@@ -39,7 +44,7 @@
 //! with tc's message.
 //!
 //! On Linux ≥ 7.0 upstream cake_mq at the same rate runs beside them
-//! (`State::CakeMq`), printed likewise.
+//! (`State::CakeMq`, with diffserv4 in case (e)), printed likewise.
 //!
 //! Not covered: RPS on or off and senders left unpinned (every flow here
 //! is steered, or hashed, by the router), and more vCPUs than the VM's
@@ -148,10 +153,10 @@ fn split() -> State {
 
 /// Upstream cake_mq where the kernel has it (Linux ≥ 7.0; this Debian's
 /// `tc` cannot configure it, the lab sends the request itself).
-fn cake_mq() -> Option<State> {
+fn cake_mq(tins: &'static str) -> Option<State> {
     KernelVersion::current()
         .is_ok_and(|v| v >= KernelVersion::new(7, 0, 0))
-        .then(|| State::CakeMq { rate: rate() })
+        .then(|| State::CakeMq { rate: rate(), tins })
 }
 
 /// cake_mq's figures for a case, where the kernel has it: `describe` of
@@ -162,7 +167,7 @@ fn with_cake_mq(
     rules: &[(Host, u32)],
     describe: impl Fn(&RunResult) -> String,
 ) -> String {
-    cake_mq()
+    cake_mq("besteffort")
         .map(|s| format!("; cake_mq {}", describe(&run(tb, s, flows, rules))))
         .unwrap_or_default()
 }
@@ -311,6 +316,73 @@ fn case_c(tb: &Testbed) -> Verdict {
     again_if_missed(round(), round)
 }
 
+/// The TOS byte of DSCP EF.
+const EF_TOS: u8 = 0xb8;
+/// Case (e): the EF flow's share may trail one CAKE diffserv4's at the
+/// root by this factor.
+const EF_SHARE_OF_CAKES: f64 = 0.95;
+
+/// The first flow spec's part of what every flow carried.
+fn first_share(r: &RunResult) -> f64 {
+    let first = r.flows.first().map_or(0.0, |f| f.report.receiver_bps);
+    if r.total_bps > 0.0 {
+        first / r.total_bps
+    } else {
+        0.0
+    }
+}
+
+fn case_e(tb: &Testbed) -> Verdict {
+    let rules = [(Host::Client, 2)];
+    let flows = || {
+        vec![
+            FlowSpec::tcp(Host::Client, 1).with_tos(EF_TOS),
+            FlowSpec::tcp(Host::Client2, 16),
+        ]
+    };
+    let mq = cake_mq("diffserv4")
+        .map(|s| {
+            format!(
+                "; cake_mq diffserv4 {:.3}",
+                first_share(&run(tb, s, flows(), &rules))
+            )
+        })
+        .unwrap_or_default();
+    let round = || {
+        let root = run(
+            tb,
+            State::CakeTins {
+                rate: rate(),
+                diffserv: "diffserv4",
+            },
+            flows(),
+            &rules,
+        );
+        let ours = run(
+            tb,
+            State::Shaper {
+                bin: shaper_bin(),
+                rate: rate(),
+                extra_args: vec!["--diffserv".to_owned(), "diffserv4".to_owned()],
+            },
+            flows(),
+            &rules,
+        );
+        let (s, c) = (first_share(&ours), first_share(&root));
+        let bar = EF_SHARE_OF_CAKES * c;
+        verdict(
+            s >= bar,
+            format!(
+                "(e) an EF bulk flow on queue 2, 16 best-effort flows hashed over {QUEUES} \
+                 queues, diffserv4: shaper EF share {s:.3} (needs ≥ {bar:.3}), goodput {:.3}; \
+                 one CAKE diffserv4 at the root {c:.3}{mq}",
+                ours.ratio(rate())
+            ),
+        )
+    };
+    again_if_missed(round(), round)
+}
+
 #[test]
 fn one_rate_and_one_fairness_across_tx_queues() {
     if !require(vs_cake::NEEDS) {
@@ -325,7 +397,7 @@ fn one_rate_and_one_fairness_across_tx_queues() {
         vs_cake::timing(OMIT)
     );
     let started = std::time::Instant::now();
-    let results = vec![case_a(&tb), case_b(&tb), case_c(&tb)];
+    let results = vec![case_a(&tb), case_b(&tb), case_c(&tb), case_e(&tb)];
     eprintln!("({:.0} s)", started.elapsed().as_secs_f64());
     report(&results);
 }

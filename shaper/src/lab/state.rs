@@ -83,11 +83,12 @@ pub enum State {
         queues: u32,
     },
     /// Upstream cake_mq (Linux ≥ 7.0) at `wan0`'s root: one CAKE per TX
-    /// queue sharing `rate` among the active queues, besteffort
-    /// ([`super::cake_mq`]).
+    /// queue sharing `rate` among the active queues ([`super::cake_mq`]).
     CakeMq {
         /// The shared rate.
         rate: Rate,
+        /// CAKE's keyword for the tins (`besteffort`, `diffserv4`, ...).
+        tins: &'static str,
     },
     /// Download shaping as sqm-scripts does it: `wan0`'s ingress redirected
     /// to an IFB (`ifb4wan0`) with CAKE at `rate` in `ingress` mode,
@@ -162,7 +163,7 @@ impl State {
                 rate, extra_args, ..
             } => format!("shaper {rate} {}", extra_args.join(" ")),
             State::CakeSplit { rate, queues } => format!("cake-split {rate} over {queues} queues"),
-            State::CakeMq { rate } => format!("cake_mq {rate}"),
+            State::CakeMq { rate, tins } => format!("cake_mq {rate} {tins}"),
             State::CakeIngress { rate } => format!("cake-ingress {rate}"),
             State::Policer { rate } => format!("policer {rate}"),
             State::ShaperIngress {
@@ -197,7 +198,7 @@ impl State {
             | State::Shaper { rate, .. }
             | State::CakeIngress { rate }
             | State::CakeSplit { rate, .. }
-            | State::CakeMq { rate }
+            | State::CakeMq { rate, .. }
             | State::Policer { rate }
             | State::ShaperIngress { rate, .. } => Some(*rate),
             State::Stack(parts) => parts.iter().find_map(State::rate),
@@ -237,7 +238,7 @@ impl State {
                     ])?;
                 }
             }
-            State::CakeMq { rate } => super::cake_mq::install(tb, *rate)?,
+            State::CakeMq { rate, tins } => super::cake_mq::install(tb, *rate, tins)?,
             State::FqCodel { rate } => {
                 let router = tb.ns(Host::Router);
                 let r = tc_rate(*rate);
@@ -717,6 +718,22 @@ fn parse_counters(json: &str) -> Result<BTreeMap<String, u64>, String> {
             }
         }
     }
+    // Each tin's counters, when the pacer runs tins, as `tin.<i>.<name>`.
+    for t in obj
+        .get("tins")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(i) = t.get("tin").and_then(Value::as_u64) else {
+            continue;
+        };
+        for (k, v) in t.as_object().into_iter().flatten() {
+            if let (Some(n), true) = (v.as_u64(), k != "tin") {
+                out.insert(format!("tin.{i}.{k}"), n);
+            }
+        }
+    }
     // The kernel's run figures of each program, as
     // `program.<name>.run_cnt` and `.run_time_ns` (ingress prefixed).
     for (prefix, side) in [("", Some(obj)), ("ingress.", obj.get("ingress"))] {
@@ -751,6 +768,14 @@ mod tests {
         let f = parse_counters(r#"{"counters":{"paced":1},"fair":{"multiplier_q16":262144}}"#)
             .expect("with the fair state");
         assert_eq!(f.get("fair.multiplier_q16"), Some(&262_144));
+        let t = parse_counters(
+            r#"{"counters":{"paced":1},"tins":[{"tin":0,"name":"Best Effort","packets":5},
+                {"tin":3,"name":"Voice","packets":2,"bytes":300}]}"#,
+        )
+        .expect("with tins");
+        assert_eq!(t.get("tin.0.packets"), Some(&5));
+        assert_eq!(t.get("tin.3.bytes"), Some(&300));
+        assert_eq!(t.get("tin.3.tin"), None);
         assert_eq!(c.get("aqm_drop"), Some(&0));
         assert!(parse_counters(r#"{"iface":"wan0"}"#).is_err());
         assert!(parse_counters("classifier: tcx").is_err());
