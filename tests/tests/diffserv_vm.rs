@@ -62,16 +62,6 @@ fn flows() -> Vec<FlowSpec> {
     ]
 }
 
-/// The EF flow's part of what every flow carried.
-fn ef_share(r: &RunResult) -> f64 {
-    let ef = r.flows.first().map_or(0.0, |f| f.report.receiver_bps);
-    if r.total_bps > 0.0 {
-        ef / r.total_bps
-    } else {
-        0.0
-    }
-}
-
 /// diffserv4's voice tin.
 const VOICE: u32 = 3;
 
@@ -108,7 +98,7 @@ fn ef_bulk(tb: &Testbed) -> Verdict {
     let round = || {
         let cake = run(cake());
         let ours = run(shaper(&["--diffserv", "diffserv4"]));
-        let (s, c) = (ef_share(&ours), ef_share(&cake));
+        let (s, c) = (ours.part(0), cake.part(0));
         let bar = SHARE_OF_CAKES * c;
         let counted = voice_bytes_share(&ours);
         verdict(
@@ -120,7 +110,7 @@ fn ef_bulk(tb: &Testbed) -> Verdict {
                  diffserv4 {c:.3}, goodput {:.3}; shaper without tins {:.3}",
                 ours.ratio(rate()),
                 cake.ratio(rate()),
-                ef_share(&plain)
+                plain.part(0)
             ),
         )
     };

@@ -322,16 +322,6 @@ const EF_TOS: u8 = 0xb8;
 /// root by this factor.
 const EF_SHARE_OF_CAKES: f64 = 0.95;
 
-/// The first flow spec's part of what every flow carried.
-fn first_share(r: &RunResult) -> f64 {
-    let first = r.flows.first().map_or(0.0, |f| f.report.receiver_bps);
-    if r.total_bps > 0.0 {
-        first / r.total_bps
-    } else {
-        0.0
-    }
-}
-
 fn case_e(tb: &Testbed) -> Verdict {
     let rules = [(Host::Client, 2)];
     let flows = || {
@@ -344,7 +334,7 @@ fn case_e(tb: &Testbed) -> Verdict {
         .map(|s| {
             format!(
                 "; cake_mq diffserv4 {:.3}",
-                first_share(&run(tb, s, flows(), &rules))
+                run(tb, s, flows(), &rules).part(0)
             )
         })
         .unwrap_or_default();
@@ -368,7 +358,7 @@ fn case_e(tb: &Testbed) -> Verdict {
             flows(),
             &rules,
         );
-        let (s, c) = (first_share(&ours), first_share(&root));
+        let (s, c) = (ours.part(0), root.part(0));
         let bar = EF_SHARE_OF_CAKES * c;
         verdict(
             s >= bar,

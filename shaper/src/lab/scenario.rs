@@ -169,6 +169,17 @@ impl RunResult {
         self.total_bps / rate.bits_per_s() as f64
     }
 
+    /// Flow spec `i`'s part of the total goodput; 0 when nothing was
+    /// carried or there is no such spec.
+    pub fn part(&self, i: usize) -> f64 {
+        let bps = self.flows.get(i).map_or(0.0, |f| f.report.receiver_bps);
+        if self.total_bps > 0.0 {
+            bps / self.total_bps
+        } else {
+            0.0
+        }
+    }
+
     /// Jain's index over the flow specs' goodputs (one share per spec, so a
     /// spec with several streams counts as one user).
     pub fn jain(&self) -> Option<f64> {
