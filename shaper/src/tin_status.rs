@@ -1,12 +1,15 @@
-//! The tins' part of `shaper status`: each tin's threshold, the share its
-//! flows get now, and its counters (packets, bytes, drops, marks, mean
-//! scheduled delay), read from the pinned maps. Shown when the pacer runs
-//! more than one tin.
+//! The tins' part of `shaper status` and of `run`'s telemetry: each tin's
+//! threshold, the share its flows get now, and its counters (packets,
+//! bytes, drops, marks, mean scheduled delay), read from the pinned maps
+//! ([`read`]) or from the loaded object's ([`collect`]). Shown when the
+//! pacer runs more than one tin.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-use aya::maps::{Array, PerCpuArray};
+use std::borrow::Borrow;
+
+use aya::maps::{Array, MapData, MapError, PerCpuArray};
 use shaper_common::{
     config::PacerConfig,
     fair::FairState,
@@ -70,14 +73,31 @@ pub fn read(pin_dir: &Path, c: &PacerConfig) -> Result<Option<Vec<TinStatus>>, A
     let fair = Array::<_, FairState>::try_from(fair).map_err(|e| pin_err("use", &fair_path, e))?;
     let counters = PerCpuArray::<_, TinCounters>::try_from(counters)
         .map_err(|e| pin_err("use", &counters_path, e))?;
+    collect(&fair, &counters, c).map(Some).map_err(|(map, e)| {
+        let path = if map == pins::FAIR {
+            &fair_path
+        } else {
+            &counters_path
+        };
+        pin_err("read", path, e)
+    })
+}
+
+/// The tins of the pacer with configuration `c`, from its fair state and
+/// tin counters (one entry per tin; the counters summed over CPUs). On a
+/// failed read, the pin name of the map that failed and why.
+pub fn collect<F: Borrow<MapData>, C: Borrow<MapData>>(
+    fair: &Array<F, FairState>,
+    counters: &PerCpuArray<C, TinCounters>,
+    c: &PacerConfig,
+) -> Result<Vec<TinStatus>, (&'static str, MapError)> {
+    let mode = Diffserv::from_index(c.diffserv);
     let mut out = Vec::with_capacity(mode.tins());
     for tin in 0..mode.tins() {
-        let state = fair
-            .get(&(tin as u32), 0)
-            .map_err(|e| pin_err("read", &fair_path, e))?;
+        let state = fair.get(&(tin as u32), 0).map_err(|e| (pins::FAIR, e))?;
         let sum = counters
             .get(&(tin as u32), 0)
-            .map_err(|e| pin_err("read", &counters_path, e))?
+            .map_err(|e| (pins::TIN_COUNTERS, e))?
             .iter()
             .fold(TinCounters::default(), |a, c| a.add(c));
         let threshold =
@@ -94,7 +114,7 @@ pub fn read(pin_dir: &Path, c: &PacerConfig) -> Result<Option<Vec<TinStatus>>, A
             delay_ns: sum.delay_ns,
         });
     }
-    Ok(Some(out))
+    Ok(out)
 }
 
 /// The tins as JSON, an array in tin order.

@@ -7,7 +7,13 @@
 //! `fair_share_bytes_per_second`, `fair_active_flows`,
 //! `fair_backlogged_flows` and `fair_committed_flows`), the sampled
 //! delay as a summary `shaper_delay_seconds{quantile=…}`, and
-//! `shaper_flows`. Per flow, only the top N by rate (bounding label
+//! `shaper_flows`. Per tin, when the pacer runs more than one (label
+//! `tin`, CAKE's name for it): `shaper_tin_packets_total`,
+//! `shaper_tin_bytes_total`, `shaper_tin_drops_total`,
+//! `shaper_tin_marks_total`, `shaper_tin_delay_seconds_total` (the
+//! scheduled delay of its packets, summed: divided by the packets' rate,
+//! the mean delay), and the gauges `shaper_tin_share_bytes_per_second` and
+//! `shaper_tin_threshold_bytes_per_second`. Per flow, only the top N by rate (bounding label
 //! cardinality): `shaper_flow_rate_bytes_per_second`,
 //! `shaper_flow_bytes_total`, `shaper_flow_delay_seconds{quantile=…}`,
 //! `shaper_flow_drops_total` and `shaper_flow_marks_total`.
@@ -116,6 +122,7 @@ pub fn render(iface: &str, t: &FlowTable, s: &Summary, w: &Window, top: usize) -
         "shaper_delay_seconds_count{{iface=\"{i}\"}} {}",
         s.events
     );
+    render_tins(&mut o, &i, &s.tins);
     let rows = t.top(top);
     let flow_metric = |o: &mut String, name: &str, kind: &str, help: &str| {
         let _ = writeln!(o, "# HELP {name} {help}");
@@ -186,6 +193,63 @@ pub fn render(iface: &str, t: &FlowTable, s: &Summary, w: &Window, top: usize) -
         }
     }
     o
+}
+
+/// The per-tin families, each with its HELP and TYPE once; nothing with
+/// one tin.
+fn render_tins(o: &mut String, iface: &str, tins: &[crate::tin_status::TinStatus]) {
+    use crate::tin_status::TinStatus;
+    type Get = fn(&TinStatus) -> f64;
+    let families: [(&str, &str, &str, Get); 7] = [
+        ("packets_total", "counter", "Packets of a tin.", |t| {
+            t.packets as f64
+        }),
+        ("bytes_total", "counter", "Wire bytes of a tin.", |t| {
+            t.bytes as f64
+        }),
+        ("drops_total", "counter", "Packets of a tin dropped.", |t| {
+            t.drops as f64
+        }),
+        (
+            "marks_total",
+            "counter",
+            "Packets of a tin CE-marked.",
+            |t| t.marks as f64,
+        ),
+        (
+            "delay_seconds_total",
+            "counter",
+            "Scheduled delay of a tin's packets, summed.",
+            |t| t.delay_ns as f64 / 1e9,
+        ),
+        (
+            "share_bytes_per_second",
+            "gauge",
+            "What each backlogged flow of a tin gets now.",
+            |t| t.share_bytes_per_s as f64,
+        ),
+        (
+            "threshold_bytes_per_second",
+            "gauge",
+            "The rate a tin holds with priority.",
+            |t| t.threshold_bytes_per_s as f64,
+        ),
+    ];
+    if tins.is_empty() {
+        return;
+    }
+    for (name, kind, help, get) in families {
+        let _ = writeln!(o, "# HELP shaper_tin_{name} {help}");
+        let _ = writeln!(o, "# TYPE shaper_tin_{name} {kind}");
+        for t in tins {
+            let _ = writeln!(
+                o,
+                "shaper_tin_{name}{{iface=\"{iface}\",tin=\"{}\"}} {}",
+                escape(t.name),
+                get(t)
+            );
+        }
+    }
 }
 
 /// Most connections served at once, so no number of clients can take
@@ -314,6 +378,17 @@ mod tests {
         let readings = super::super::pipeline::Readings {
             counters: vec![("packets", 10), ("events_lost", 0)],
             gauges: vec![("fair_multiplier", 1.5), ("fair_active_flows", 3.0)],
+            tins: vec![crate::tin_status::TinStatus {
+                tin: 3,
+                name: "Voice",
+                threshold_bytes_per_s: 250_000,
+                share_bytes_per_s: 125_000,
+                packets: 4,
+                bytes: 4000,
+                drops: 1,
+                marks: 2,
+                delay_ns: 3_000_000,
+            }],
         };
         let s = Summary::from_table("wan\"0", &t, 0, readings);
         let w = t.take_window();
@@ -336,6 +411,16 @@ mod tests {
             "shaper_flow_bytes_total{iface=\"wan\\\"0\",flow=\"0.0.0.0 > 0.0.0.0 tcp\"} 1000"
         ));
         assert!(text.contains("quantile=\"0.99\"} 0.002"), "{text}");
+        for line in [
+            "# TYPE shaper_tin_bytes_total counter",
+            "shaper_tin_bytes_total{iface=\"wan\\\"0\",tin=\"Voice\"} 4000",
+            "shaper_tin_drops_total{iface=\"wan\\\"0\",tin=\"Voice\"} 1",
+            "shaper_tin_delay_seconds_total{iface=\"wan\\\"0\",tin=\"Voice\"} 0.003",
+            "# TYPE shaper_tin_share_bytes_per_second gauge",
+            "shaper_tin_threshold_bytes_per_second{iface=\"wan\\\"0\",tin=\"Voice\"} 250000",
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
         // Every sample line is `name{labels} value` with a numeric value.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let v = line.rsplit(' ').next().expect("value");

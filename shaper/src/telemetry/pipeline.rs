@@ -66,6 +66,8 @@ pub struct Readings {
     pub counters: Vec<(&'static str, u64)>,
     /// Gauges.
     pub gauges: Vec<(&'static str, f64)>,
+    /// Each tin's share and counters, when the pacer runs more than one.
+    pub tins: Vec<crate::tin_status::TinStatus>,
 }
 
 impl From<Vec<(&'static str, u64)>> for Readings {
@@ -74,6 +76,7 @@ impl From<Vec<(&'static str, u64)>> for Readings {
         Self {
             counters,
             gauges: Vec::new(),
+            tins: Vec::new(),
         }
     }
 }
@@ -168,6 +171,8 @@ pub struct Summary {
     pub counters: Vec<(&'static str, u64)>,
     /// The kernel's gauges at the end ([`Readings::gauges`]).
     pub gauges: Vec<(&'static str, f64)>,
+    /// The tins at the end ([`Readings::tins`]).
+    pub tins: Vec<crate::tin_status::TinStatus>,
 }
 
 impl Summary {
@@ -185,7 +190,11 @@ impl Summary {
         dropped_user: u64,
         readings: impl Into<Readings>,
     ) -> Self {
-        let Readings { counters, gauges } = readings.into();
+        let Readings {
+            counters,
+            gauges,
+            tins,
+        } = readings.into();
         let d = &t.iface.delay;
         let q = |x: f64| {
             if d.is_empty() {
@@ -213,6 +222,7 @@ impl Summary {
             events_dropped_user: dropped_user,
             counters,
             gauges,
+            tins,
         }
     }
 }

@@ -1,8 +1,9 @@
 //! Where the pacer's records and readings come from: the loaded object's
 //! `SHAPER_EVENTS` ring buffer, its `SHAPER_COUNTERS` per-CPU array, and for
 //! the fair pacer the gauges of its shared state (`SHAPER_FAIR`, with the
-//! rate from `SHAPER_CONFIG`, which `set-rate` changes), taken out of the
-//! `Ebpf` (the pins, made before, keep their own references).
+//! rate from `SHAPER_CONFIG`, which `set-rate` changes) and, with more than
+//! one tin, each tin's share and counters (`SHAPER_TIN_COUNTERS`), taken
+//! out of the `Ebpf` (the pins, made before, keep their own references).
 
 use aya::{
     Ebpf,
@@ -12,6 +13,7 @@ use shaper_common::{
     config::PacerConfig,
     fair::{FairState, MULT_ONE},
     maps,
+    tins::{Diffserv, TinCounters},
 };
 
 use super::{
@@ -64,7 +66,8 @@ pub fn pacer(
     let shared = if fair {
         let state: Array<MapData, FairState> = take(ebpf, maps::FAIR)?;
         let config: Array<MapData, PacerConfig> = take(ebpf, maps::CONFIG)?;
-        Some((state, config))
+        let tins: PerCpuArray<MapData, TinCounters> = take(ebpf, maps::TIN_COUNTERS)?;
+        Some((state, config, tins))
     } else {
         None
     };
@@ -72,12 +75,23 @@ pub fn pacer(
     let counters: PerCpuArray<MapData, u64> = take(ebpf, maps::COUNTERS)?;
     let read: CounterSource = Box::new(move || {
         let counters = CounterSnapshot::read(&counters)?.named();
-        let gauges = shared
-            .as_ref()
-            .and_then(|(state, config)| Some((state.get(&0, 0).ok()?, config.get(&0, 0).ok()?)))
-            .map(|(s, c)| fair_gauges(&s, &c))
-            .unwrap_or_default();
-        Ok(Readings { counters, gauges })
+        let mut readings = Readings {
+            counters,
+            ..Readings::default()
+        };
+        let Some((state, config, tins)) = &shared else {
+            return Ok(readings);
+        };
+        let Ok(c) = config.get(&0, 0) else {
+            return Ok(readings);
+        };
+        if let Ok(s) = state.get(&0, 0) {
+            readings.gauges = fair_gauges(&s, &c);
+        }
+        if Diffserv::from_index(c.diffserv).tins() > 1 {
+            readings.tins = crate::tin_status::collect(state, tins, &c).unwrap_or_default();
+        }
+        Ok(readings)
     });
     Ok((ring, read))
 }

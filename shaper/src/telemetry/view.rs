@@ -5,7 +5,9 @@
 //! - `interval`: `t_s`, `flows`, `packets`, `bytes`, `delay_p50_ns`,
 //!   `delay_p99_ns`, `delay_max_ns` (since the start), `window_samples`,
 //!   `window_delay_p50_ns`, `window_delay_p99_ns`, `window_delay_max_ns`
-//!   (this interval), drops, marks, lost events and the kernel's counters;
+//!   (this interval), drops, marks, lost events, the kernel's counters
+//!   and, with more than one tin, `tins` (as `shaper status --json` shows
+//!   them);
 //! - `flow`: one per top flow per interval: `flow`, `rate_bytes_per_s`,
 //!   `bytes`, `packets`, `delay_p50_ns`, `delay_p99_ns` (null when the
 //!   flow has no histogram), `delay_max_ns`, drops, marks;
@@ -103,7 +105,35 @@ pub fn summary_json(s: &Summary) -> Value {
         "events_dropped_user": s.events_dropped_user,
         "counters": counters_json(&s.counters),
         "gauges": gauges_json(&s.gauges),
+        "tins": crate::tin_status::json(&s.tins),
     })
+}
+
+/// Each tin on a line, highest priority first: what its flows get now,
+/// its threshold, its counters and its mean scheduled delay; nothing with
+/// one tin.
+fn tins_text(s: &Summary) -> String {
+    if s.tins.is_empty() {
+        return String::new();
+    }
+    let mut out = format!(
+        "{:<12} {:>12} {:>14} {:>10} {:>7} {:>7} {:>10}\n",
+        "tin", "share Mbit/s", "threshold Mbit/s", "packets", "drops", "marks", "delay ms"
+    );
+    for t in s.tins.iter().rev() {
+        out.push_str(&format!(
+            "{:<12} {:>12.3} {:>14.3} {:>10} {:>7} {:>7} {:>10.2}\n",
+            t.name,
+            mbit(t.share_bytes_per_s),
+            mbit(t.threshold_bytes_per_s),
+            t.packets,
+            t.drops,
+            t.marks,
+            t.mean_delay_us() / 1e3
+        ));
+    }
+    out.push('\n');
+    out
 }
 
 /// The summary as text lines.
@@ -191,6 +221,7 @@ impl Emitter {
                     "events_dropped_user": s.events_dropped_user,
                     "counters": counters_json(&s.counters),
                     "gauges": gauges_json(&s.gauges),
+                    "tins": crate::tin_status::json(&s.tins),
                 })
                 .to_string();
                 lines.push('\n');
@@ -228,7 +259,7 @@ impl Emitter {
             }
             Output::Live => format!(
                 "\x1b[H\x1b[2J{} {}: {:.0} s, {} flows, delay over the last second p50 {:.2} \
-                 ms p99 {:.2} ms, drops {}, marks {}, lost events {}{}\n\n{}",
+                 ms p99 {:.2} ms, drops {}, marks {}, lost events {}{}\n\n{}{}",
                 self.source,
                 self.iface,
                 elapsed.as_secs_f64(),
@@ -239,6 +270,7 @@ impl Emitter {
                 s.marks,
                 s.events_lost().unwrap_or(0) + s.events_dropped_user,
                 share_text(s),
+                tins_text(s),
                 table_text(t, self.top)
             ),
         };
