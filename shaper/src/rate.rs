@@ -114,10 +114,12 @@ impl Rate {
     };
 
     /// A rate from bits per second, if within range.
-    pub fn from_bits_per_s(bits_per_s: u64) -> Option<Rate> {
-        (Self::MIN.bits_per_s..=Self::MAX.bits_per_s)
-            .contains(&bits_per_s)
-            .then_some(Rate { bits_per_s })
+    pub const fn from_bits_per_s(bits_per_s: u64) -> Option<Rate> {
+        if bits_per_s >= Self::MIN.bits_per_s && bits_per_s <= Self::MAX.bits_per_s {
+            Some(Rate { bits_per_s })
+        } else {
+            None
+        }
     }
 
     /// Bits per second.

@@ -25,7 +25,10 @@
 //! over several TX queues, and the policer (which has one tin).
 
 use shaper::{
-    lab::{FlowSpec, Host, RunResult, Scenario, State, Testbed, TestbedOptions},
+    lab::{
+        RunResult, Scenario, State, Testbed, TestbedOptions, TinStats,
+        diffserv::{BEST_EFFORT_STREAMS, ef_bulk_flows, voice_figures, voice_scenario},
+    },
     rate::Rate,
 };
 use shaper_tests::{
@@ -35,10 +38,6 @@ use shaper_tests::{
 };
 
 const RATE: &str = "50mbit";
-/// The TOS byte of DSCP EF (46 << 2).
-const EF_TOS: u8 = 0xb8;
-/// Best-effort streams beside the EF flow.
-const BEST_EFFORT_STREAMS: u32 = 16;
 /// The least share of CAKE's the shaper's EF flow may get.
 const SHARE_OF_CAKES: f64 = 0.95;
 /// The least part of the bytes `shaper status` counts in the voice tin
@@ -55,25 +54,24 @@ fn rate() -> Rate {
     RATE.parse().expect("a valid rate")
 }
 
-fn flows() -> Vec<FlowSpec> {
-    vec![
-        FlowSpec::tcp(Host::Client, 1).with_tos(EF_TOS),
-        FlowSpec::tcp(Host::Client2, BEST_EFFORT_STREAMS),
-    ]
-}
-
 /// diffserv4's voice tin.
-const VOICE: u32 = 3;
+const VOICE: usize = 3;
 
 /// The voice tin's part of the bytes every tin counted, as `shaper
 /// status --json` reports them after the run; 0 when it has none.
 fn voice_bytes_share(r: &RunResult) -> f64 {
-    let Ok(c) = &r.counters else {
-        return 0.0;
-    };
-    let bytes = |t: u32| c.get(&format!("tin.{t}.bytes")).copied().unwrap_or(0) as f64;
-    let all: f64 = (0..4).map(bytes).sum();
-    if all > 0.0 { bytes(VOICE) / all } else { 0.0 }
+    let tins = r
+        .counters
+        .as_ref()
+        .map(TinStats::from_counters)
+        .unwrap_or_default();
+    let all: u64 = tins.iter().map(|t| t.bytes).sum();
+    let voice = tins.iter().find(|t| t.tin == VOICE).map_or(0, |t| t.bytes);
+    if all > 0 {
+        voice as f64 / all as f64
+    } else {
+        0.0
+    }
 }
 
 fn shaper(args: &[&str]) -> State {
@@ -92,8 +90,12 @@ fn cake() -> State {
 }
 
 fn ef_bulk(tb: &Testbed) -> Verdict {
-    let run =
-        |state: State| vs_cake::run(tb, &Scenario::new(state, flows(), vs_cake::timing(OMIT)));
+    let run = |state: State| {
+        vs_cake::run(
+            tb,
+            &Scenario::new(state, ef_bulk_flows(), vs_cake::timing(OMIT)),
+        )
+    };
     let plain = run(shaper(&[]));
     let round = || {
         let cake = run(cake());
@@ -119,16 +121,11 @@ fn ef_bulk(tb: &Testbed) -> Verdict {
 
 /// The EF voice flow's ping p99 (ms) and UDP loss (percent).
 fn voice(tb: &Testbed, state: State) -> (f64, f64, RunResult) {
-    let voice = FlowSpec::udp(Host::Client, "1mbit".parse().expect("a valid rate"))
-        .with_datagram_len(200)
-        .with_tos(EF_TOS);
-    let flows = vec![voice, FlowSpec::tcp(Host::Client2, BEST_EFFORT_STREAMS)];
-    let mut s = Scenario::new(state, flows, vs_cake::timing(OMIT)).with_ping(Host::Client);
-    s.ping_interval = PING_EVERY;
-    s.ping_tos = Some(EF_TOS);
-    let r = vs_cake::run(tb, &s);
-    let p99 = shaper::lab::stats::percentile(&r.ping_ms, 99.0).unwrap_or(f64::INFINITY);
-    let loss = r.flows.first().map_or(100.0, |f| f.report.lost_percent);
+    let r = vs_cake::run(
+        tb,
+        &voice_scenario(state, vs_cake::timing(OMIT), PING_EVERY),
+    );
+    let (p99, loss) = voice_figures(&r);
     (p99, loss, r)
 }
 

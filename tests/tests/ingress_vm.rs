@@ -161,7 +161,10 @@ fn at_rtt(tb: &Testbed, rtt: Duration) -> Vec<Verdict> {
         vs_cake::run(tb, &s)
     };
     let modes: [(&str, Judge); 2] = [("police", judge_police), ("ifb", judge_ifb)];
-    let cake = run(State::CakeIngress { rate: rate() });
+    let cake = run(State::CakeIngress {
+        rate: rate(),
+        tins: "besteffort",
+    });
     let first: Vec<Verdict> = modes
         .iter()
         .map(|(mode, judge)| judge(ms, &cake, &run(shaper_ingress(mode)), bloated_ms))
@@ -169,7 +172,10 @@ fn at_rtt(tb: &Testbed, rtt: Duration) -> Vec<Verdict> {
     if first.iter().all(Result::is_ok) {
         return first;
     }
-    let cake = run(State::CakeIngress { rate: rate() });
+    let cake = run(State::CakeIngress {
+        rate: rate(),
+        tins: "besteffort",
+    });
     modes
         .iter()
         .zip(first)

@@ -5,10 +5,9 @@
 //! share one rate and their flows one fairness. Lab testbed (clients →
 //! router → server, 20 ms RTT), uploads, 50 Mbit/s.
 //!
-//! Flows are steered onto queues at `wan0`'s egress by tc: a `clsact`
-//! filter per client address (`flower src_ip`) with `skbedit
-//! queue_mapping`, which the kernel keeps when it picks the queue (Linux ≥
-//! 5.19). Without a filter the veth picks a queue by the flow's hash.
+//! Flows are steered onto queues at `wan0`'s egress by tc, or left to the
+//! veth's hash, and RPS spreads the router's receive work over the CPUs,
+//! as [`shaper::lab::multiqueue`] describes.
 //!
 //! Cases, each a bar on the shaper:
 //! - **(a)** one flow, alone, on queue 2: goodput at least that of one
@@ -24,6 +23,10 @@
 //!   on queue 1: Jain's index over the 9 flows at least [`JAIN_BAR`]. A
 //!   rate split per queue would give the lone flow its queue's part and
 //!   the eight theirs;
+//! - **(d)** RPS on at the router and nothing steered: (a) to (c) again
+//!   with their flows on the queues their hashes pick, each held to its
+//!   bar, the RPS hand-offs counted (none would mean RPS did not act); and
+//!   (c) with RPS off and nothing steered;
 //! - **(e)** one TCP flow marked EF from the client on queue 2, 16
 //!   best-effort flows from the second client on the queues their hashes
 //!   pick, diffserv4: the EF flow's share at least [`EF_SHARE_OF_CAKES`]
@@ -46,13 +49,14 @@
 //! On Linux ≥ 7.0 upstream cake_mq at the same rate runs beside them
 //! (`State::CakeMq`, with diffserv4 in case (e)), printed likewise.
 //!
-//! Not covered: RPS on or off and senders left unpinned (every flow here
-//! is steered, or hashed, by the router), and more vCPUs than the VM's
-//! two.
+//! Senders are never pinned to CPUs. Not covered: more vCPUs than the
+//! VM's two.
 
-use aya::util::KernelVersion;
 use shaper::{
-    lab::{FlowSpec, Host, RunResult, Scenario, State, Testbed, TestbedOptions},
+    lab::{
+        FlowSpec, Host, RunResult, State, Testbed, TestbedOptions,
+        multiqueue::{self as mq, MqCase, Rule, most},
+    },
     rate::Rate,
 };
 use shaper_tests::{
@@ -78,57 +82,13 @@ fn rate() -> Rate {
     RATE.parse().expect("a valid rate")
 }
 
-/// Steers each client's flows onto a TX queue at `wan0`'s egress (none:
-/// the veth's hash picks).
-fn steer(tb: &Testbed, rules: &[(Host, u32)]) {
-    if rules.is_empty() {
-        return;
-    }
-    let router = tb.ns(Host::Router);
-    let dev = tb.wan_dev();
-    router
-        .tc(&["qdisc", "add", "dev", dev, "clsact"])
-        .expect("add clsact to steer flows");
-    for (host, queue) in rules {
-        let src = host.addr().to_string();
-        let queue = queue.to_string();
-        router
-            .tc(&[
-                "filter",
-                "add",
-                "dev",
-                dev,
-                "egress",
-                "protocol",
-                "ip",
-                "prio",
-                "1",
-                "flower",
-                "src_ip",
-                &src,
-                "action",
-                "skbedit",
-                "queue_mapping",
-                &queue,
-            ])
-            .expect("steer a client onto its queue (cls_flower, act_skbedit)");
-    }
-}
-
-fn unsteer(tb: &Testbed, rules: &[(Host, u32)]) {
-    if !rules.is_empty() {
-        tb.ns(Host::Router)
-            .tc(&["qdisc", "del", "dev", tb.wan_dev(), "clsact"])
-            .expect("remove the steering");
-    }
-}
-
 /// Runs `flows` under `state` with the clients steered by `rules`.
-fn run(tb: &Testbed, state: State, flows: Vec<FlowSpec>, rules: &[(Host, u32)]) -> RunResult {
-    steer(tb, rules);
-    let s = Scenario::new(state, flows, vs_cake::timing(OMIT));
-    let r = vs_cake::run(tb, &s);
-    unsteer(tb, rules);
+fn run(tb: &Testbed, state: State, flows: Vec<FlowSpec>, rules: &[Rule]) -> RunResult {
+    let name = state.name();
+    let t = std::time::Instant::now();
+    let r = mq::run_steered(tb, state, flows, rules, vs_cake::timing(OMIT))
+        .unwrap_or_else(|e| panic!("{name}: {e:#}"));
+    eprintln!("    {} ({:.1} s)", r.summary(), t.elapsed().as_secs_f64());
     r
 }
 
@@ -148,15 +108,14 @@ fn split() -> State {
     State::CakeSplit {
         rate: rate(),
         queues: QUEUES,
+        tins: "besteffort",
     }
 }
 
 /// Upstream cake_mq where the kernel has it (Linux ≥ 7.0; this Debian's
 /// `tc` cannot configure it, the lab sends the request itself).
 fn cake_mq(tins: &'static str) -> Option<State> {
-    KernelVersion::current()
-        .is_ok_and(|v| v >= KernelVersion::new(7, 0, 0))
-        .then(|| State::CakeMq { rate: rate(), tins })
+    shaper::lab::cake_mq::kernel_has().then(|| State::CakeMq { rate: rate(), tins })
 }
 
 /// cake_mq's figures for a case, where the kernel has it: `describe` of
@@ -164,7 +123,7 @@ fn cake_mq(tins: &'static str) -> Option<State> {
 fn with_cake_mq(
     tb: &Testbed,
     flows: Vec<FlowSpec>,
-    rules: &[(Host, u32)],
+    rules: &[Rule],
     describe: impl Fn(&RunResult) -> String,
 ) -> String {
     cake_mq("besteffort")
@@ -173,10 +132,7 @@ fn with_cake_mq(
 }
 
 fn streams(r: &RunResult) -> Vec<f64> {
-    r.flows
-        .iter()
-        .flat_map(|f| f.report.stream_bps.iter().copied())
-        .collect()
+    mq::stream_bps(r)
 }
 
 fn mbit(v: &[f64]) -> String {
@@ -187,8 +143,8 @@ fn mbit(v: &[f64]) -> String {
 }
 
 fn case_a(tb: &Testbed) -> Verdict {
-    let rules = [(Host::Client, 2)];
-    let flows = || vec![FlowSpec::tcp(Host::Client, 1)];
+    let rules = MqCase::Lone.steering();
+    let flows = || MqCase::Lone.flows();
     let anchor = run(tb, split(), flows(), &rules);
     let mq = with_cake_mq(tb, flows(), &rules, |r| format!("{:.3}", r.ratio(rate())));
     let round = || {
@@ -208,24 +164,8 @@ fn case_a(tb: &Testbed) -> Verdict {
     again_if_missed(round(), round)
 }
 
-/// What each measured 1 s interval after the first carried, of the rate
-/// (one client's flows).
 fn interval_ratios(r: &RunResult) -> Vec<f64> {
-    let Some(client) = r.flows.first() else {
-        return vec![f64::INFINITY];
-    };
-    client
-        .report
-        .intervals
-        .iter()
-        .filter(|i| !i.omitted)
-        .skip(1)
-        .map(|i| i.bps / rate().bits_per_s() as f64)
-        .collect()
-}
-
-fn most(v: &[f64]) -> f64 {
-    v.iter().copied().fold(0.0, f64::max)
+    mq::interval_ratios(r, rate())
 }
 
 fn fractions(v: &[f64]) -> String {
@@ -236,7 +176,7 @@ fn fractions(v: &[f64]) -> String {
 }
 
 fn case_b(tb: &Testbed) -> Verdict {
-    let flows = || vec![FlowSpec::tcp(Host::Client, 8)];
+    let flows = || MqCase::Spread.flows();
     let anchor = run(tb, split(), flows(), &[]);
     let mq = with_cake_mq(tb, flows(), &[], |r| {
         format!(
@@ -250,8 +190,7 @@ fn case_b(tb: &Testbed) -> Verdict {
         let root = interval_ratios(&run(tb, cake(), flows(), &[]));
         let ours = run(tb, shaper(), flows(), &[]);
         let s = streams(&ours);
-        let equal = s.iter().sum::<f64>() / s.len().max(1) as f64;
-        let least = s.iter().copied().fold(f64::INFINITY, f64::min) / equal;
+        let least = mq::least_share(&s);
         let seconds = interval_ratios(&ours);
         verdict(
             s.len() == 8 && least >= FLOW_SHARE && most(&seconds) <= SUM_BOUND,
@@ -273,15 +212,9 @@ fn case_b(tb: &Testbed) -> Verdict {
 }
 
 fn case_c(tb: &Testbed) -> Verdict {
-    let rules = [(Host::Client, 0), (Host::Client2, 1)];
-    let flows = || {
-        vec![
-            FlowSpec::tcp(Host::Client, 1),
-            FlowSpec::tcp(Host::Client2, 8),
-        ]
-    };
+    let rules = MqCase::OneBeside8.steering();
+    let flows = || MqCase::OneBeside8.flows();
     let anchor = run(tb, split(), flows(), &rules);
-    let jain = |v: &[f64]| shaper::lab::stats::jain(v).unwrap_or(0.0);
     let mq = with_cake_mq(tb, flows(), &rules, |r| {
         let s = streams(r);
         format!(
@@ -316,20 +249,68 @@ fn case_c(tb: &Testbed) -> Verdict {
     again_if_missed(round(), round)
 }
 
-/// The TOS byte of DSCP EF.
-const EF_TOS: u8 = 0xb8;
+/// Case (d): cases (a) to (c) with RPS on at the router and every flow on
+/// the queue its hash picks, and (c) hashed with RPS off.
+fn case_d(tb: &Testbed) -> Verdict {
+    let rps = |on| mq::set_rps(tb, on).expect("set the router's rps_cpus");
+    let hashed = |state: State, case: MqCase| run(tb, state, case.flows(), &[]);
+    let mask = rps(true);
+    let split_c = hashed(split(), MqCase::OneBeside8);
+    let mq_c = cake_mq("besteffort")
+        .map(|s| {
+            format!(
+                "; cake_mq Jain {:.3}",
+                jain(&streams(&hashed(s, MqCase::OneBeside8)))
+            )
+        })
+        .unwrap_or_default();
+    rps(false);
+    let round = || {
+        rps(true);
+        let handoffs = mq::rps_handoffs().expect("read softnet_stat");
+        let root = hashed(cake(), MqCase::Lone).ratio(rate());
+        let f = mq::measure(tb, &shaper(), rate(), vs_cake::timing(OMIT), false)
+            .unwrap_or_else(|e| panic!("shaper: {e:#}"));
+        let handoffs = mq::rps_handoffs().expect("read softnet_stat") - handoffs;
+        rps(false);
+        let off = jain(&streams(&hashed(shaper(), MqCase::OneBeside8)));
+        let floor = root - LONE_SLACK;
+        verdict(
+            handoffs > 0
+                && f.single_flow_ratio >= floor
+                && f.sum_ratio_max_1s <= SUM_BOUND
+                && f.min_flow_share_ratio >= FLOW_SHARE
+                && f.jain_1v8 >= JAIN_BAR
+                && off >= JAIN_BAR,
+            format!(
+                "(d) RPS on (rps_cpus {mask:x}, {handoffs} packets handed to another CPU, needs \
+                 > 0), nothing steered: shaper (a) {:.3} (needs ≥ {floor:.3}; one CAKE at the \
+                 root {root:.3}), (b) most 1 s {:.3} (needs ≤ {SUM_BOUND}) and least flow {:.2} \
+                 (needs ≥ {FLOW_SHARE}), (c) Jain {:.3} (needs ≥ {JAIN_BAR}); RPS off, nothing \
+                 steered, (c) Jain {off:.3} (needs ≥ {JAIN_BAR}); with RPS on, (c) under a CAKE \
+                 per queue Jain {:.3}{mq_c}",
+                f.single_flow_ratio,
+                f.sum_ratio_max_1s,
+                f.min_flow_share_ratio,
+                f.jain_1v8,
+                jain(&streams(&split_c)),
+            ),
+        )
+    };
+    again_if_missed(round(), round)
+}
+
+fn jain(v: &[f64]) -> f64 {
+    shaper::lab::stats::jain(v).unwrap_or(0.0)
+}
+
 /// Case (e): the EF flow's share may trail one CAKE diffserv4's at the
 /// root by this factor.
 const EF_SHARE_OF_CAKES: f64 = 0.95;
 
 fn case_e(tb: &Testbed) -> Verdict {
     let rules = [(Host::Client, 2)];
-    let flows = || {
-        vec![
-            FlowSpec::tcp(Host::Client, 1).with_tos(EF_TOS),
-            FlowSpec::tcp(Host::Client2, 16),
-        ]
-    };
+    let flows = shaper::lab::diffserv::ef_bulk_flows;
     let mq = cake_mq("diffserv4")
         .map(|s| {
             format!(
@@ -387,7 +368,13 @@ fn one_rate_and_one_fairness_across_tx_queues() {
         vs_cake::timing(OMIT)
     );
     let started = std::time::Instant::now();
-    let results = vec![case_a(&tb), case_b(&tb), case_c(&tb), case_e(&tb)];
+    let results = vec![
+        case_a(&tb),
+        case_b(&tb),
+        case_c(&tb),
+        case_d(&tb),
+        case_e(&tb),
+    ];
     eprintln!("({:.0} s)", started.elapsed().as_secs_f64());
     report(&results);
 }

@@ -1,6 +1,7 @@
 //! `cargo xtask lab`: builds, then runs `shaper lab ARGS` here, or in the
-//! 6.12 VM when this kernel cannot create the qdiscs the lab compares
-//! (cake, fq, fq_codel, netem).
+//! VM (6.12 unless `--kernel` names another, e.g. 7 for cake_mq) when this
+//! kernel cannot create the qdiscs the lab compares (cake, fq, fq_codel,
+//! netem) or `--vm` or `--kernel` asks for it.
 //!
 //! The probe adds each qdisc to `lo` inside `unshare --net`, a private
 //! namespace that vanishes with the command: this machine's own
@@ -32,6 +33,9 @@ pub struct LabArgs {
     /// Run in the VM even if this kernel has every qdisc.
     #[arg(long)]
     vm: bool,
+    /// The VM's kernel (6.12 by default; 7 has cake_mq); implies --vm.
+    #[arg(long, value_enum, value_name = "KERNEL", conflicts_with = "no_vm")]
+    kernel: Option<vm::Kernel>,
     /// Arguments for `shaper lab`, e.g. `-- --quick --states none,cake,shaper`.
     #[arg(last = true)]
     args: Vec<String>,
@@ -92,23 +96,33 @@ pub fn run(root: &Path, args: &LabArgs) -> Result<i32> {
     let tc = toolchain::setup(if args.no_vm { &[] } else { vm::HOST_PACKAGES })?;
     let object = ebpf::build_ebpf(root, &tc)?;
     let bin = ebpf::build_host(root, &object, true)?;
-    run_built(root, &bin, args.vm, args.no_vm, &args.args)
+    let kernel = args.kernel.unwrap_or(vm::Kernel::V6_12);
+    run_built(
+        root,
+        &bin,
+        (args.vm || args.kernel.is_some()).then_some(kernel),
+        args.no_vm,
+        &args.args,
+    )
 }
 
-/// Runs `shaper lab` from `bin`, in the VM when needed (or forced).
+/// Runs `shaper lab` from `bin`, in the VM when needed or when
+/// `force_vm` names its kernel.
 pub fn run_built(
     root: &Path,
     bin: &Path,
-    force_vm: bool,
+    force_vm: Option<vm::Kernel>,
     no_vm: bool,
     args: &[String],
 ) -> Result<i32> {
     let args = lab_args(root, args)?;
-    let in_vm = force_vm || (!no_vm && !host_has_qdiscs());
+    let kernel = force_vm.unwrap_or(vm::Kernel::V6_12);
+    let in_vm = force_vm.is_some() || (!no_vm && !host_has_qdiscs());
     if in_vm {
-        eprintln!(
-            "xtask lab: this kernel lacks cake, fq, fq_codel or netem: running in the 6.12 VM"
-        );
+        if force_vm.is_none() {
+            eprintln!("xtask lab: this kernel lacks cake, fq, fq_codel or netem");
+        }
+        eprintln!("xtask lab: running in the {} VM", kernel.line());
         let staging = root
             .join("target/vm-out")
             .join(format!("lab-{}", std::process::id()));
@@ -118,12 +132,12 @@ pub fn run_built(
         // The lab changes nothing outside the disposable guest, so a guest
         // that crashed under emulation (multi-threaded TCG occasionally
         // oopses in code the kernel is patching) is booted once more.
-        let code = match vm::run(root, vm::Kernel::V6_12, &cmd) {
+        let code = match vm::run(root, kernel, &cmd) {
             Err(e) if e.downcast_ref::<vm::GuestCrash>().is_some() => {
                 eprintln!(
                     "xtask lab: warning: {e:#}\nxtask lab: running the lab again in a new guest"
                 );
-                vm::run(root, vm::Kernel::V6_12, &cmd)
+                vm::run(root, kernel, &cmd)
             }
             other => other,
         }?;

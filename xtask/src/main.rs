@@ -166,7 +166,7 @@ fn run(cli: Cli) -> Result<i32> {
                         .map(String::from)
                         .into();
                 lab_args.extend(args);
-                return lab::run_built(&root, &bin, false, false, &lab_args);
+                return lab::run_built(&root, &bin, None, false, &lab_args);
             }
             let mut cmd = if is_root() {
                 Command::new(&bin)

@@ -432,7 +432,10 @@ mod tests {
             StateKind::Cake.state(bin, rate()),
             State::Stack(vec![
                 State::Cake { rate: rate() },
-                State::CakeIngress { rate: rate() },
+                State::CakeIngress {
+                    rate: rate(),
+                    tins: "besteffort",
+                },
             ])
         );
         match StateKind::Shaper.state(bin, rate()) {

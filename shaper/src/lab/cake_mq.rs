@@ -44,6 +44,12 @@ fn diffserv_mode(tins: &str) -> Option<u32> {
 /// The qdisc's kind.
 pub const KIND: &str = "cake_mq";
 
+/// True when the running kernel is one that has cake_mq (Linux ≥ 7.0).
+pub fn kernel_has() -> bool {
+    use aya::util::KernelVersion;
+    KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(7, 0, 0))
+}
+
 /// cake_mq's `TCA_OPTIONS` payload at `rate` with `tins`; `None` for
 /// tins CAKE does not name.
 pub fn options(rate: Rate, tins: &str) -> Option<Vec<u8>> {

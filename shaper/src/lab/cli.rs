@@ -8,8 +8,9 @@
 //! Units: `--rate` in tc syntax (bit/s), `--rtt` a duration (`20ms`),
 //! `--duration` seconds of measured load per direction.
 //!
-//! Non-goals: choosing the topology (the lab's [`Testbed`](super::Testbed)
-//! is fixed), states other than those [`StateKind`] lists.
+//! Non-goals: choosing the topology beyond the WAN device's TX queues (the
+//! lab's [`Testbed`](super::Testbed) is fixed), states other than those
+//! [`StateKind`] lists.
 
 use std::{
     path::{Path, PathBuf},
@@ -18,7 +19,16 @@ use std::{
 
 use clap::Args;
 
-use crate::rate::Rate;
+use shaper_common::tins::Diffserv;
+
+use crate::{pacer::DiffservArg, rate::Rate};
+
+/// The most TX queues `--queues` gives the WAN device.
+pub const MAX_QUEUES: u32 = 16;
+
+/// What the lab's pings and UDP probe carry when the states run tins, as
+/// voice would.
+pub use super::diffserv::EF_TOS;
 
 /// Arguments of `shaper lab`.
 #[derive(Debug, Args)]
@@ -47,7 +57,10 @@ pub struct LabArgs {
     /// ingress in the default mode, the pacer on an IFB: both directions,
     /// as cake), shaper-egress (egress only), shaper-police (egress, and
     /// the AQM policer at ingress), shaper-ifb (the same as shaper, by its
-    /// mode's name).
+    /// mode's name); with --queues of 2 or more, cake_mq (upstream's CAKE
+    /// per TX queue sharing the rate, Linux 7.0 and later; ingress as cake)
+    /// and cake_split (mq with a CAKE per queue at rate / queues; ingress
+    /// as cake).
     #[arg(long, value_name = "LIST", default_value = "none,cake,fq_codel,shaper,shaper-police", value_parser = parse_states)]
     pub states: StateList,
     /// Write every raw sample and the per-state summary here as JSON.
@@ -63,6 +76,17 @@ pub struct LabArgs {
     /// to stderr while it runs.
     #[arg(long)]
     pub show_shaper: bool,
+    /// TX queues of the router's WAN device (1 to 16). With more than one,
+    /// the shaper puts an mq root with an sch_fq per queue on it, as on a
+    /// multi-queue NIC, flows take the queue their hash picks, and the
+    /// report shows what each queue carried.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pub queues: u32,
+    /// DiffServ tins for the shaper (`--diffserv`) and CAKE, both
+    /// directions. With tins, the pings and the UDP probe carry DSCP EF, as
+    /// voice does, and the report shows what each tin carried.
+    #[arg(long, value_enum, value_name = "MODE", default_value = "besteffort")]
+    pub diffserv: DiffservArg,
 }
 
 /// A state the lab knows, before it is bound to a rate and a binary.
@@ -85,6 +109,12 @@ pub enum StateKind {
     ShaperPolice,
     /// As [`StateKind::Shaper`], named by its ingress mode (`ifb`).
     ShaperIfb,
+    /// Upstream cake_mq on egress (a CAKE per TX queue, the rate shared
+    /// among the active queues), CAKE on an IFB at ingress.
+    CakeMq,
+    /// `mq` with a CAKE per TX queue at rate / queues on egress, CAKE on an
+    /// IFB at ingress.
+    CakeSplit,
 }
 
 impl StateKind {
@@ -98,6 +128,8 @@ impl StateKind {
             StateKind::ShaperEgress => "shaper-egress",
             StateKind::ShaperPolice => "shaper-police",
             StateKind::ShaperIfb => "shaper-ifb",
+            StateKind::CakeMq => "cake_mq",
+            StateKind::CakeSplit => "cake_split",
         }
     }
 
@@ -105,11 +137,21 @@ impl StateKind {
     pub fn shapes_download(self) -> bool {
         matches!(
             self,
-            StateKind::Cake | StateKind::Shaper | StateKind::ShaperPolice | StateKind::ShaperIfb
+            StateKind::Cake
+                | StateKind::Shaper
+                | StateKind::ShaperPolice
+                | StateKind::ShaperIfb
+                | StateKind::CakeMq
+                | StateKind::CakeSplit
         )
     }
 
-    const ALL: [StateKind; 7] = [
+    /// The state needs a WAN device with more than one TX queue.
+    pub fn needs_queues(self) -> bool {
+        matches!(self, StateKind::CakeMq | StateKind::CakeSplit)
+    }
+
+    const ALL: [StateKind; 9] = [
         StateKind::None,
         StateKind::Cake,
         StateKind::FqCodel,
@@ -117,6 +159,8 @@ impl StateKind {
         StateKind::ShaperEgress,
         StateKind::ShaperPolice,
         StateKind::ShaperIfb,
+        StateKind::CakeMq,
+        StateKind::CakeSplit,
     ];
 }
 
@@ -222,6 +266,10 @@ pub struct LabConfig {
     pub quick: bool,
     /// `--show-shaper`.
     pub show_shaper: bool,
+    /// TX queues of the WAN device.
+    pub queues: u32,
+    /// The tins of the states that have them.
+    pub diffserv: Diffserv,
 }
 
 /// The programs the lab runs, with what for and their Debian package.
@@ -253,6 +301,35 @@ impl LabConfig {
     /// Validates `args`; `path` is the PATH to search for tools, `root`
     /// whether the process may create namespaces.
     pub fn from_args(args: LabArgs, path: &str, root: bool) -> Result<Self, LabUsageError> {
+        if args.queues == 0 || args.queues > MAX_QUEUES {
+            return Err(LabUsageError::Invalid {
+                flag: "--queues",
+                detail: format!(
+                    "{} TX queues is outside 1 to {MAX_QUEUES}: give e.g. --queues 4",
+                    args.queues
+                ),
+            });
+        }
+        if let Some(k) = args.states.0.iter().find(|k| k.needs_queues())
+            && args.queues < 2
+        {
+            return Err(LabUsageError::Invalid {
+                flag: "--states",
+                detail: format!(
+                    "state {} shapes a WAN device with several TX queues: give --queues 2 or \
+                     more (e.g. --queues 4), or leave it out",
+                    k.name()
+                ),
+            });
+        }
+        if args.states.0.contains(&StateKind::CakeMq) && !super::cake_mq::kernel_has() {
+            return Err(LabUsageError::Invalid {
+                flag: "--states",
+                detail: "state cake_mq needs Linux 7.0 or later, and this kernel is older: leave \
+                         it out, or run the lab on a newer kernel"
+                    .to_owned(),
+            });
+        }
         for (program, why, package) in TOOLS {
             if !on_path(program, path) {
                 return Err(LabUsageError::MissingTool {
@@ -335,6 +412,8 @@ impl LabConfig {
             shaper_bin,
             quick: args.quick,
             show_shaper: args.show_shaper,
+            queues: args.queues,
+            diffserv: args.diffserv.into(),
         })
     }
 
@@ -350,7 +429,9 @@ impl LabConfig {
         for k in &self.states {
             let kinds: &[&'static str] = match k {
                 StateKind::None => &[],
-                StateKind::Cake => &["cake"],
+                // `mq` cannot be probed on `lo` (one queue); every kernel
+                // with CAKE here has it, and cake_mq is checked by version.
+                StateKind::Cake | StateKind::CakeSplit | StateKind::CakeMq => &["cake"],
                 StateKind::FqCodel => &["htb", "fq_codel"],
                 StateKind::Shaper
                 | StateKind::ShaperEgress
@@ -366,31 +447,62 @@ impl LabConfig {
 
     /// The lab state for `kind`.
     pub fn state(&self, kind: StateKind) -> super::State {
-        kind.state(&self.shaper_bin, self.rate)
+        kind.shaping(&self.shaper_bin, self.rate, self.queues, self.diffserv)
+    }
+
+    /// The TOS byte of the pings and the UDP probe: EF with tins, else
+    /// none.
+    pub fn probe_tos(&self) -> Option<u8> {
+        (self.diffserv.tins() > 1).then_some(EF_TOS)
     }
 }
 
 impl StateKind {
     /// The state this kind names, shaping at `rate` (both directions where
-    /// the kind shapes both), with the shaper binary `bin`.
+    /// the kind shapes both), with the shaper binary `bin`, on one TX queue
+    /// and without tins.
     pub fn state(self, bin: &std::path::Path, rate: Rate) -> super::State {
+        self.shaping(bin, rate, 1, Diffserv::Besteffort)
+    }
+
+    /// As [`StateKind::state`], on a WAN device with `queues` TX queues
+    /// and with the tins of `diffserv` where the kind has tins.
+    pub fn shaping(
+        self,
+        bin: &std::path::Path,
+        rate: Rate,
+        queues: u32,
+        diffserv: Diffserv,
+    ) -> super::State {
+        let tins = diffserv.name();
+        let with_ingress =
+            |egress| super::State::Stack(vec![egress, super::State::CakeIngress { rate, tins }]);
+        let mut shaper_args = Vec::new();
+        if diffserv != Diffserv::Besteffort {
+            shaper_args = vec!["--diffserv".to_owned(), tins.to_owned()];
+        }
         match self {
             StateKind::None => super::State::None,
-            StateKind::Cake => super::State::Stack(vec![
-                super::State::Cake { rate },
-                super::State::CakeIngress { rate },
-            ]),
+            StateKind::Cake if diffserv == Diffserv::Besteffort => {
+                with_ingress(super::State::Cake { rate })
+            }
+            StateKind::Cake => with_ingress(super::State::CakeTins {
+                rate,
+                diffserv: tins,
+            }),
+            StateKind::CakeMq => with_ingress(super::State::CakeMq { rate, tins }),
+            StateKind::CakeSplit => with_ingress(super::State::CakeSplit { rate, queues, tins }),
             StateKind::FqCodel => super::State::FqCodel { rate },
             StateKind::ShaperEgress => super::State::Shaper {
                 bin: bin.to_owned(),
                 rate,
-                extra_args: Vec::new(),
+                extra_args: shaper_args,
             },
             StateKind::Shaper | StateKind::ShaperPolice | StateKind::ShaperIfb => {
                 super::State::Shaper {
                     bin: bin.to_owned(),
                     rate,
-                    extra_args: vec![
+                    extra_args: [
                         "--ingress-rate".to_owned(),
                         super::state::tc_rate(rate),
                         "--ingress-mode".to_owned(),
@@ -399,7 +511,10 @@ impl StateKind {
                         } else {
                             "ifb".to_owned()
                         },
-                    ],
+                    ]
+                    .into_iter()
+                    .chain(shaper_args)
+                    .collect(),
                 }
             }
         }
@@ -490,6 +605,69 @@ mod tests {
         let args = parse(&["--link-buffer", "0ms"]).expect("parses");
         let c = LabConfig::from_args(args, &path, true).expect("valid");
         assert!(c.link.is_none());
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// Queues and tins reach the states: a per-queue state needs queues,
+    /// cake_mq a kernel that has it, and with tins CAKE and the shaper get
+    /// the mode and the probes carry EF.
+    #[test]
+    fn queues_and_tins_reach_the_states() {
+        let dir = std::env::temp_dir().join(format!("shaper-lab-mq-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        for (p, _, _) in TOOLS {
+            let f = dir.join(p);
+            std::fs::write(&f, "#!/bin/sh\n").expect("write");
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        let path = dir.display().to_string();
+        let config =
+            |args: &[&str]| LabConfig::from_args(parse(args).expect("parses"), &path, true);
+        for bad in [&["--queues", "0"][..], &["--queues", "17"]] {
+            let e = config(bad).expect_err("out of range");
+            assert!(e.to_string().contains("--queues"), "{e}");
+        }
+        let e = config(&["--states", "cake_split"]).expect_err("one queue");
+        assert!(e.to_string().contains("--queues 2 or more"), "{e}");
+        let mq = config(&["--states", "cake_mq", "--queues", "4"]);
+        assert_eq!(mq.is_ok(), super::super::cake_mq::kernel_has(), "{mq:?}");
+
+        let c = config(&[
+            "--states",
+            "cake,cake_split,shaper-egress",
+            "--queues",
+            "4",
+            "--diffserv",
+            "diffserv4",
+        ])
+        .expect("valid");
+        assert_eq!((c.queues, c.diffserv), (4, Diffserv::Diffserv4));
+        assert_eq!(c.probe_tos(), Some(EF_TOS));
+        let name = |k| c.state(k).name();
+        assert_eq!(
+            name(StateKind::Cake),
+            format!(
+                "cake {r} diffserv4 + cake-ingress {r} diffserv4",
+                r = c.rate
+            )
+        );
+        assert!(
+            name(StateKind::CakeSplit).contains("over 4 queues diffserv4"),
+            "{}",
+            name(StateKind::CakeSplit)
+        );
+        assert!(
+            name(StateKind::ShaperEgress).ends_with("--diffserv diffserv4"),
+            "{}",
+            name(StateKind::ShaperEgress)
+        );
+        let plain = config(&["--states", "cake"]).expect("valid");
+        assert_eq!(plain.probe_tos(), None);
+        assert_eq!(
+            plain.state(StateKind::Cake).name(),
+            format!("cake {r} + cake-ingress {r}", r = plain.rate)
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 

@@ -7,7 +7,11 @@
 
 use serde_json::Value;
 
-use super::{cli::LabConfig, traffic::IperfReport};
+use super::{
+    cli::LabConfig,
+    readings::{QueueStats, TinStats},
+    traffic::IperfReport,
+};
 
 /// One CPU sample over the second before `t_s`.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -46,6 +50,12 @@ pub struct LoadPhase {
     pub ping_ms: Vec<f64>,
     /// The tracer's figures, or why there are none.
     pub kernel_delay: Result<KernelDelay, String>,
+    /// What each TX queue of the WAN device carried over the phase: the
+    /// upload under a multi-queue root (`mq`, cake_mq); else empty.
+    pub queues: Vec<QueueStats>,
+    /// What each tin carried over the phase: the upload under the shaper
+    /// or CAKE with tins; else empty.
+    pub tins: Vec<TinStats>,
 }
 
 /// One staircase step.

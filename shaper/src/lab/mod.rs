@@ -27,8 +27,14 @@
 //!   that come and go.
 //! - [`soak`]: minutes of churn under the shaper with its controller
 //!   sampled (memory, descriptors, lost records, status).
-//! - [`cli`], [`run`], [`report`], [`plot`]: the `shaper lab` command (one
-//!   method per state, the JSON, the Markdown tables, the SVG plots).
+//! - [`diffserv`]: EF traffic beside best-effort bulk, for the tins.
+//! - [`multiqueue`]: flows steered onto TX queues, RPS at the router, and
+//!   the figures of one rate across queues.
+//! - [`readings`]: what the qdisc tree and the shaper counted (per TX
+//!   queue, per tin), read back while a state runs.
+//! - [`cli`], [`run`], [`report`], [`breakdown`], [`plot`]: the `shaper lab`
+//!   command (one method per state, the JSON, the Markdown tables, the
+//!   per-queue and per-tin tables, the SVG plots).
 //!
 //! Invariants:
 //! - The lab changes only namespaces it created (names start with
@@ -48,13 +54,17 @@
 //! make absolute figures meaningful under emulation (compare states measured
 //! in the same run instead).
 
+pub mod breakdown;
 pub mod cake_mq;
 pub mod cases;
 pub mod cli;
 pub mod cpu;
+pub mod diffserv;
 pub mod measured;
+pub mod multiqueue;
 pub mod ping;
 pub mod plot;
+pub mod readings;
 pub mod report;
 pub mod run;
 pub mod scenario;
@@ -70,11 +80,12 @@ mod exec;
 
 pub use cpu::{CpuTimes, CpuUsage};
 pub use ping::Ping;
+pub use readings::{QdiscStats, QueueStats, TinStats};
 pub use scenario::{
     FlowResult, Phases, PingWindow, RateChange, RunResult, Scenario, TimedRun, TimedScenario,
     run_scenario, run_scenarios, run_timed_scenarios,
 };
-pub use state::{AppliedState, QdiscStats, State};
+pub use state::{AppliedState, State};
 pub use topology::{Host, Netns, Testbed, TestbedOptions, WanLink};
 pub use traffic::{FlowSpec, Interval, IperfReport, Timing};
 

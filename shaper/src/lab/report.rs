@@ -208,8 +208,11 @@ fn iperf_json(r: &IperfReport) -> Value {
     })
 }
 
-fn phase_json(p: &LoadPhase) -> Value {
+fn phase_json(mode: shaper_common::tins::Diffserv, p: &LoadPhase) -> Value {
+    let (queues, tins) = super::breakdown::phase_json(mode, p);
     json!({
+        "queues": queues,
+        "tins": tins,
         "tcp": iperf_json(&p.tcp),
         "udp_probe": p.udp.as_ref().map(iperf_json),
         "ping_ms": p.ping_ms,
@@ -235,8 +238,8 @@ pub fn to_json(lab: &LabRun) -> Value {
                 "elapsed_s": s.elapsed_s,
                 "ping_idle_before_ms": s.idle_before_ms,
                 "ping_idle_after_ms": s.idle_after_ms,
-                "upload": phase_json(&s.up),
-                "download": phase_json(&s.down),
+                "upload": phase_json(c.diffserv, &s.up),
+                "download": phase_json(c.diffserv, &s.down),
                 "staircase": s.staircase.iter().map(|st| json!({
                     "streams": st.streams, "ping_ms": st.ping_ms,
                 })).collect::<Vec<_>>(),
@@ -261,6 +264,8 @@ pub fn to_json(lab: &LabRun) -> Value {
             "staircase_step_s": c.stair_step.as_secs_f64(),
             "quick": c.quick,
             "states": c.states.iter().map(|k| k.name()).collect::<Vec<_>>(),
+            "queues": c.queues,
+            "diffserv": c.diffserv.name(),
         },
         "kernel": lab.kernel,
         "elapsed_s": lab.elapsed_s,
@@ -531,6 +536,7 @@ pub fn markdown(lab: &LabRun) -> String {
         }
         m.push('\n');
     }
+    m.push_str(&super::breakdown::markdown(lab));
     m.push_str("\n## Verdict\n\n");
     for v in verdicts(&sums) {
         m.push_str(&v);

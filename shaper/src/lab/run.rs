@@ -5,11 +5,17 @@
 //! 1. 15 idle pings (0.2 s apart);
 //! 2. upload: iperf3, 4 TCP streams client → server, the warm-up omitted,
 //!    with ping every 50 ms, a 1 Mbit/s UDP probe from the second client,
-//!    and `shaper trace` on `wan0` for the kernel's queueing delay;
+//!    and `shaper trace` on `wan0` for the kernel's queueing delay; what
+//!    each TX queue and each tin carried, from the qdisc tree's and the
+//!    shaper's counters before and after;
 //! 3. download: the same reversed (`-R`), shaped by the states that shape
 //!    the WAN ingress too (CAKE on an IFB, `shaper-police`, `shaper-ifb`);
 //! 4. the staircase: a stream added every 5 s, pinging;
 //! 5. 15 idle pings again.
+//!
+//! With `--queues N` the WAN device has N TX queues and each flow takes
+//! the one its hash picks. With `--diffserv`, the states that have tins
+//! run them, and the pings and the UDP probe carry DSCP EF.
 //!
 //! A CPU sampler reads /proc/stat every second throughout. The namespaces
 //! share one kernel, so "router CPU" is the whole machine's: what the
@@ -42,7 +48,9 @@ use super::{
     cpu::CpuTimes,
     measured::{CpuSample, KernelDelay, LabRun, LoadPhase, StairStep, StateRun},
     ping::Ping,
+    readings::{QdiscStats, TinStats},
     report,
+    state::AppliedState,
     topology::{Host, Testbed, TestbedOptions},
     traffic::{FlowSpec, IperfClient, IperfReport, IperfServer, Timing},
 };
@@ -177,6 +185,7 @@ pub fn run_lab(config: LabConfig) -> Result<LabRun> {
         wan_delay: config.rtt,
         nat: true,
         wan_link: config.link,
+        wan_queues: config.queues,
         ..TestbedOptions::default()
     })
     .context("building the lab testbed")?;
@@ -245,7 +254,7 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
         c.duration.as_secs(),
         c.omit.as_secs()
     ));
-    let up = load_phase(tb, c, false)?;
+    let up = load_phase(tb, c, &applied, false)?;
     check_interrupt()?;
     progress(&format!(
         "{tag}: download ({}), {} streams, {} s",
@@ -257,7 +266,7 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
         c.streams,
         c.duration.as_secs()
     ));
-    let down = load_phase(tb, c, true)?;
+    let down = load_phase(tb, c, &applied, true)?;
     check_interrupt()?;
     progress(&format!(
         "{tag}: staircase, 1 to {} streams, one more every {} s",
@@ -288,30 +297,42 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
     })
 }
 
-/// Bulk streams one way with ping, a UDP probe and (upload) the tracer.
-fn load_phase(tb: &Testbed, c: &LabConfig, reverse: bool) -> Result<LoadPhase> {
+/// Bulk streams one way with ping, a UDP probe and (upload) the tracer,
+/// and (upload) what each queue and tin carried.
+fn load_phase(
+    tb: &Testbed,
+    c: &LabConfig,
+    applied: &AppliedState<'_>,
+    reverse: bool,
+) -> Result<LoadPhase> {
     let timing = Timing::new(c.duration, c.omit);
     let tcp_server = IperfServer::start(tb, Host::Server, 5201)?;
     let udp_server = IperfServer::start(tb, Host::Server, 5202)?;
     let mut tcp = FlowSpec::tcp(Host::Client, c.streams);
     let probe_rate = Rate::from_bits_per_s(1_000_000).context("the probe rate")?;
     let mut udp = FlowSpec::udp(Host::Client2, probe_rate);
+    if let Some(tos) = c.probe_tos() {
+        udp = udp.with_tos(tos);
+    }
     if reverse {
         tcp = tcp.reversed();
         udp = udp.reversed();
     }
     let tracer = (!reverse).then(|| spawn_tracer(tb, c));
+    let before = (!reverse).then(|| Readings::take(applied));
     let tcp_client = IperfClient::spawn(tb, &tcp, &tcp_server, &timing)?;
     let udp_client = IperfClient::spawn(tb, &udp, &udp_server, &timing)?;
-    let ping = Ping::spawn(
+    let ping = Ping::spawn_marked(
         tb,
         Host::Client,
         Host::Server.addr(),
-        Duration::from_millis(50),
-        c.omit,
-        c.duration,
+        (Duration::from_millis(50), c.omit, c.duration),
+        c.probe_tos(),
     );
     let tcp = tcp_client.wait()?;
+    let (queues, tins) = before
+        .map(|b| b.carried(&Readings::take(applied)))
+        .unwrap_or_default();
     let udp = udp_client.wait().ok();
     let ping_ms = ping.wait()?;
     let kernel_delay = match tracer {
@@ -325,7 +346,46 @@ fn load_phase(tb: &Testbed, c: &LabConfig, reverse: bool) -> Result<LoadPhase> {
         udp,
         ping_ms,
         kernel_delay,
+        queues,
+        tins,
     })
+}
+
+/// The WAN qdisc tree's and the shaper's counters at one moment; either
+/// may be missing (no shaper, or a read that failed, which leaves the
+/// phase without the figures rather than failing it).
+struct Readings {
+    qdisc: Option<QdiscStats>,
+    counters: Option<std::collections::BTreeMap<String, u64>>,
+}
+
+impl Readings {
+    fn take(applied: &AppliedState<'_>) -> Self {
+        Self {
+            qdisc: applied.qdisc_stats().ok(),
+            counters: applied.counters().ok(),
+        }
+    }
+
+    /// What each queue and each tin carried from `self` to `after`: the
+    /// shaper's tins where it runs them, else CAKE's.
+    fn carried(self, after: &Readings) -> (Vec<super::QueueStats>, Vec<TinStats>) {
+        let qdisc = after
+            .qdisc
+            .clone()
+            .map(|q| q.since(self.qdisc.as_ref()))
+            .unwrap_or_default();
+        let shaper_tins = match (&self.counters, &after.counters) {
+            (Some(b), Some(a)) => TinStats::between(b, a),
+            _ => Vec::new(),
+        };
+        let tins = if shaper_tins.is_empty() {
+            qdisc.tins
+        } else {
+            shaper_tins
+        };
+        (qdisc.queues, tins)
+    }
 }
 
 /// `shaper trace --iface wan0 --json` in the router over the measured time,

@@ -27,7 +27,8 @@ use super::{
     LabError,
     cpu::{CpuTimes, CpuUsage},
     ping::Ping,
-    state::{AppliedState, QdiscStats, State},
+    readings::QdiscStats,
+    state::{AppliedState, State},
     stats::{self, Percentiles},
     timed::{self, TimedPlan, TimedResult},
     topology::{Host, Testbed},
@@ -227,6 +228,18 @@ impl RunResult {
             ));
         }
         s.push_str(&format!("; cpu kernel {:.1}%", self.cpu.kernel() * 100.0));
+        if let Ok(q) = &self.qdisc
+            && !q.queues.is_empty()
+        {
+            // What each TX queue sent: where the flows went.
+            let all: u64 = q.queues.iter().map(|q| q.bytes).sum::<u64>().max(1);
+            let parts: Vec<String> = q
+                .queues
+                .iter()
+                .map(|q| format!("{:.0}", q.bytes as f64 * 100.0 / all as f64))
+                .collect();
+            s.push_str(&format!("; queues % {}", parts.join("/")));
+        }
         let p = &self.phases;
         s.push_str(&format!(
             "; s apply/servers/traffic/teardown {:.1}/{:.1}/{:.1}/{:.1}",
@@ -579,6 +592,7 @@ mod tests {
             packets: bytes / 1000,
             drops,
             ecn_marks: marks,
+            ..QdiscStats::default()
         };
         let d = q(9_000, 7, Some(5)).since(Some(&q(4_000, 2, Some(1))));
         assert_eq!(d, q(5_000, 5, Some(4)));

@@ -24,12 +24,12 @@
 
 use std::{collections::BTreeMap, path::PathBuf, time::Duration};
 
-use serde_json::Value;
 use tracing::{info, warn};
 
 use super::{
     LabError,
     exec::Daemon,
+    readings::{QdiscStats, parse_counters},
     topology::{Host, Testbed},
 };
 use crate::rate::Rate;
@@ -74,13 +74,15 @@ pub enum State {
         extra_args: Vec<String>,
     },
     /// The split that one CAKE per TX queue makes: `mq` at `wan0`'s root,
-    /// and under it on each of `queues` queues a CAKE at `rate / queues`,
-    /// besteffort (as [`State::Cake`]).
+    /// and under it on each of `queues` queues a CAKE at `rate / queues`
+    /// with `tins` (otherwise as [`State::Cake`]).
     CakeSplit {
         /// The rate of all queues together.
         rate: Rate,
         /// TX queues of `wan0`.
         queues: u32,
+        /// CAKE's keyword for the tins (`besteffort`, `diffserv4`, ...).
+        tins: &'static str,
     },
     /// Upstream cake_mq (Linux ≥ 7.0) at `wan0`'s root: one CAKE per TX
     /// queue sharing `rate` among the active queues ([`super::cake_mq`]).
@@ -91,11 +93,13 @@ pub enum State {
         tins: &'static str,
     },
     /// Download shaping as sqm-scripts does it: `wan0`'s ingress redirected
-    /// to an IFB (`ifb4wan0`) with CAKE at `rate` in `ingress` mode,
-    /// besteffort.
+    /// to an IFB (`ifb4wan0`) with CAKE at `rate` in `ingress` mode, with
+    /// `tins`.
     CakeIngress {
         /// Its bandwidth.
         rate: Rate,
+        /// CAKE's keyword for the tins (`besteffort`, `diffserv4`, ...).
+        tins: &'static str,
     },
     /// A plain token-bucket policer on `wan0`'s ingress at `rate` (burst:
     /// [`POLICER_BURST`] at the rate, at least 64 KiB so a GSO packet fits):
@@ -162,9 +166,16 @@ impl State {
             State::Shaper {
                 rate, extra_args, ..
             } => format!("shaper {rate} {}", extra_args.join(" ")),
-            State::CakeSplit { rate, queues } => format!("cake-split {rate} over {queues} queues"),
+            State::CakeSplit { rate, queues, tins } => {
+                format!(
+                    "cake-split {rate} over {queues} queues{}",
+                    tins_suffix(tins)
+                )
+            }
             State::CakeMq { rate, tins } => format!("cake_mq {rate} {tins}"),
-            State::CakeIngress { rate } => format!("cake-ingress {rate}"),
+            State::CakeIngress { rate, tins } => {
+                format!("cake-ingress {rate}{}", tins_suffix(tins))
+            }
             State::Policer { rate } => format!("policer {rate}"),
             State::ShaperIngress {
                 rate, extra_args, ..
@@ -196,7 +207,7 @@ impl State {
             | State::CakeTins { rate, .. }
             | State::FqCodel { rate }
             | State::Shaper { rate, .. }
-            | State::CakeIngress { rate }
+            | State::CakeIngress { rate, .. }
             | State::CakeSplit { rate, .. }
             | State::CakeMq { rate, .. }
             | State::Policer { rate }
@@ -213,7 +224,7 @@ impl State {
             State::None => {}
             State::Cake { rate } => cake_root(tb, *rate, "besteffort")?,
             State::CakeTins { rate, diffserv } => cake_root(tb, *rate, diffserv)?,
-            State::CakeSplit { rate, queues } => {
+            State::CakeSplit { rate, queues, tins } => {
                 let router = tb.ns(Host::Router);
                 let n = (*queues).max(1);
                 let each = Rate::from_bits_per_s(rate.bits_per_s() / u64::from(n)).ok_or(
@@ -234,7 +245,7 @@ impl State {
                         "cake",
                         "bandwidth",
                         &tc_rate(each),
-                        "besteffort",
+                        tins,
                     ])?;
                 }
             }
@@ -269,7 +280,7 @@ impl State {
                 let args = ["--ingress-rate".to_owned(), tc_rate(*rate)];
                 shaper = Some(spawn_shaper(tb, bin, &args, extra_args, "ingress:")?);
             }
-            State::CakeIngress { rate } => {
+            State::CakeIngress { rate, tins } => {
                 let router = tb.ns(Host::Router);
                 router.ip(&["link", "add", "name", INGRESS_IFB, "type", "ifb"])?;
                 router.ip(&["link", "set", "dev", INGRESS_IFB, "up"])?;
@@ -282,7 +293,7 @@ impl State {
                     "cake",
                     "bandwidth",
                     &tc_rate(*rate),
-                    "besteffort",
+                    tins,
                     "ingress",
                 ])?;
                 router
@@ -394,77 +405,18 @@ fn cake_root(tb: &Testbed, rate: Rate, tins: &str) -> Result<(), LabError> {
     Ok(())
 }
 
+/// CAKE's tins as a state's name shows them: nothing for besteffort.
+fn tins_suffix(tins: &str) -> String {
+    if tins == "besteffort" {
+        String::new()
+    } else {
+        format!(" {tins}")
+    }
+}
+
 /// A rate as tc and shaper both read it, exactly: `<n>bit`.
 pub(crate) fn tc_rate(rate: Rate) -> String {
     format!("{}bit", rate.bits_per_s())
-}
-
-/// Statistics of the root qdisc of the WAN device, from `tc -s -j`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct QdiscStats {
-    /// Its kind, e.g. `cake`, `fq`, `mq`, `noqueue`.
-    pub kind: String,
-    /// Bytes sent.
-    pub bytes: u64,
-    /// Packets sent.
-    pub packets: u64,
-    /// Packets dropped.
-    pub drops: u64,
-    /// ECN CE marks, summed over tins (CAKE only).
-    pub ecn_marks: Option<u64>,
-}
-
-impl QdiscStats {
-    /// The counts since `before` (a reading of the same qdisc), or these
-    /// counts when there is none.
-    pub fn since(self, before: Option<&QdiscStats>) -> Self {
-        let Some(b) = before else {
-            return self;
-        };
-        QdiscStats {
-            bytes: self.bytes.saturating_sub(b.bytes),
-            packets: self.packets.saturating_sub(b.packets),
-            drops: self.drops.saturating_sub(b.drops),
-            ecn_marks: self
-                .ecn_marks
-                .map(|m| m.saturating_sub(b.ecn_marks.unwrap_or(0))),
-            kind: self.kind,
-        }
-    }
-
-    /// Parses `tc -s -j qdisc show dev X` output: the root qdisc's figures.
-    pub fn parse(json: &str) -> Result<Self, LabError> {
-        let err = |detail: String| LabError::Parse {
-            command: "tc -s -j qdisc show".to_owned(),
-            detail,
-        };
-        let v: Value = serde_json::from_str(json).map_err(|e| err(e.to_string()))?;
-        let list = v
-            .as_array()
-            .ok_or_else(|| err("not a JSON array".to_owned()))?;
-        let root = list
-            .iter()
-            .find(|q| q.get("root").and_then(Value::as_bool) == Some(true))
-            .or_else(|| list.first())
-            .ok_or_else(|| err("no qdisc listed".to_owned()))?;
-        let num = |k: &str| root.get(k).and_then(Value::as_u64).unwrap_or(0);
-        let ecn_marks = root.get("tins").and_then(Value::as_array).map(|tins| {
-            tins.iter()
-                .filter_map(|t| t.get("ecn_mark").and_then(Value::as_u64))
-                .sum()
-        });
-        Ok(Self {
-            kind: root
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_owned(),
-            bytes: num("bytes"),
-            packets: num("packets"),
-            drops: num("drops"),
-            ecn_marks,
-        })
-    }
 }
 
 /// A state in effect on a testbed; torn down by [`AppliedState::stop`] or on
@@ -524,7 +476,7 @@ impl AppliedState<'_> {
                 )?;
                 *rate = new;
             }
-            State::CakeIngress { rate } => {
+            State::CakeIngress { rate, .. } => {
                 self.tb.ns(Host::Router).tc(&[
                     "qdisc",
                     "change",
@@ -685,119 +637,9 @@ impl Drop for AppliedState<'_> {
     }
 }
 
-/// The `counters` member of `shaper status --json` output (an object, or an
-/// array whose first element is one).
-fn parse_counters(json: &str) -> Result<BTreeMap<String, u64>, String> {
-    let v: Value = serde_json::from_str(json.trim()).map_err(|e| e.to_string())?;
-    let obj = match &v {
-        Value::Array(a) => a.first().ok_or("an empty JSON array")?,
-        other => other,
-    };
-    let egress = obj.get("counters").and_then(Value::as_object);
-    let ingress = obj
-        .get("ingress")
-        .and_then(|i| i.get("counters"))
-        .and_then(Value::as_object);
-    if egress.is_none() && ingress.is_none() {
-        return Err("no \"counters\" object".to_owned());
-    }
-    let mut out = BTreeMap::new();
-    for (prefix, counters) in [("", egress), ("ingress.", ingress)] {
-        for (k, v) in counters.into_iter().flatten() {
-            let n = v
-                .as_u64()
-                .ok_or_else(|| format!("counter {k} is not an unsigned integer: {v}"))?;
-            out.insert(format!("{prefix}{k}"), n);
-        }
-    }
-    // The fair pacer's state, when present, as `fair.<name>`.
-    if let Some(fair) = obj.get("fair").and_then(Value::as_object) {
-        for (k, v) in fair {
-            if let Some(n) = v.as_u64() {
-                out.insert(format!("fair.{k}"), n);
-            }
-        }
-    }
-    // Each tin's counters, when the pacer runs tins, as `tin.<i>.<name>`.
-    for t in obj
-        .get("tins")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        let Some(i) = t.get("tin").and_then(Value::as_u64) else {
-            continue;
-        };
-        for (k, v) in t.as_object().into_iter().flatten() {
-            if let (Some(n), true) = (v.as_u64(), k != "tin") {
-                out.insert(format!("tin.{i}.{k}"), n);
-            }
-        }
-    }
-    // The kernel's run figures of each program, as
-    // `program.<name>.run_cnt` and `.run_time_ns` (ingress prefixed).
-    for (prefix, side) in [("", Some(obj)), ("ingress.", obj.get("ingress"))] {
-        let programs = side
-            .and_then(|o| o.get("programs"))
-            .and_then(Value::as_array);
-        for p in programs.into_iter().flatten() {
-            let Some(name) = p.get("name").and_then(Value::as_str) else {
-                continue;
-            };
-            for key in ["run_cnt", "run_time_ns"] {
-                if let Some(n) = p.get(key).and_then(Value::as_u64) {
-                    out.insert(format!("{prefix}program.{name}.{key}"), n);
-                }
-            }
-        }
-    }
-    Ok(out)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn counters_from_status_json() {
-        let c = parse_counters(r#"{"iface":"wan0","counters":{"paced":10,"ce_marked":3}}"#)
-            .expect("parses");
-        assert_eq!(c.get("paced"), Some(&10));
-        assert_eq!(c.get("ce_marked"), Some(&3));
-        let c = parse_counters(r#"[{"counters":{"aqm_drop":0}}]"#).expect("array form");
-        let f = parse_counters(r#"{"counters":{"paced":1},"fair":{"multiplier_q16":262144}}"#)
-            .expect("with the fair state");
-        assert_eq!(f.get("fair.multiplier_q16"), Some(&262_144));
-        let t = parse_counters(
-            r#"{"counters":{"paced":1},"tins":[{"tin":0,"name":"Best Effort","packets":5},
-                {"tin":3,"name":"Voice","packets":2,"bytes":300}]}"#,
-        )
-        .expect("with tins");
-        assert_eq!(t.get("tin.0.packets"), Some(&5));
-        assert_eq!(t.get("tin.3.bytes"), Some(&300));
-        assert_eq!(t.get("tin.3.tin"), None);
-        assert_eq!(c.get("aqm_drop"), Some(&0));
-        assert!(parse_counters(r#"{"iface":"wan0"}"#).is_err());
-        assert!(parse_counters("classifier: tcx").is_err());
-        assert!(parse_counters(r#"{"counters":{"x":-1}}"#).is_err());
-        let i =
-            parse_counters(r#"{"ingress":{"counters":{"police_drop":7}}}"#).expect("ingress only");
-        assert_eq!(i.get("ingress.police_drop"), Some(&7));
-        assert_eq!(i.get("police_drop"), None);
-        let p = parse_counters(
-            r#"{"counters":{"paced":1},
-                "programs":[{"name":"shaper_egress","id":9,"run_cnt":5,"run_time_ns":900}],
-                "ingress":{"counters":{"packets":2},
-                  "programs":[{"name":"shaper_police","id":10,"run_cnt":2,"run_time_ns":300}]}}"#,
-        )
-        .expect("with programs");
-        assert_eq!(p.get("program.shaper_egress.run_cnt"), Some(&5));
-        assert_eq!(p.get("program.shaper_egress.run_time_ns"), Some(&900));
-        assert_eq!(
-            p.get("ingress.program.shaper_police.run_time_ns"),
-            Some(&300)
-        );
-    }
 
     #[test]
     fn only_a_download_shaped_in_ifb_mode_has_ifb_counters() {
@@ -822,7 +664,13 @@ mod tests {
                 .shapes_download_on_ifb()
         );
         assert!(!both(&[]).shapes_download_on_ifb());
-        assert!(!State::CakeIngress { rate }.shapes_download_on_ifb());
+        assert!(
+            !State::CakeIngress {
+                rate,
+                tins: "besteffort"
+            }
+            .shapes_download_on_ifb()
+        );
     }
 
     #[test]
@@ -838,32 +686,13 @@ mod tests {
         let r: Rate = "20mbit".parse().expect("valid");
         let s = State::Stack(vec![
             State::Cake { rate: r },
-            State::CakeIngress { rate: r },
+            State::CakeIngress {
+                rate: r,
+                tins: "besteffort",
+            },
         ]);
         assert_eq!(s.name(), "cake 20Mbit + cake-ingress 20Mbit");
         assert_eq!(s.rate(), Some(r));
-    }
-
-    #[test]
-    fn cake_stats_sum_tins() {
-        let json = r#"[{"kind":"cake","handle":"8001:","root":true,"bytes":1000,
-            "packets":10,"drops":2,"max_network_size":1514,
-            "tins":[{"ecn_mark":4},{"ecn_mark":1}]},
-            {"kind":"fq","root":false,"bytes":1}]"#;
-        let s = QdiscStats::parse(json).expect("parses");
-        assert_eq!(
-            s,
-            QdiscStats {
-                kind: "cake".to_owned(),
-                bytes: 1000,
-                packets: 10,
-                drops: 2,
-                ecn_marks: Some(5),
-            }
-        );
-        let s = QdiscStats::parse(r#"[{"kind":"noqueue","root":true}]"#).expect("parses");
-        assert_eq!(s.ecn_marks, None);
-        assert!(QdiscStats::parse("[]").is_err());
     }
 
     #[test]
