@@ -5,10 +5,12 @@
 //! on this machine's kernel (BPF_PROG_TEST_RUN, the per-packet figures);
 //! then, unless `--no-vm`, `shaper bench --vm-part --json F2` in the 6.12 VM
 //! (CAKE, sch_fq and netem are missing here), and `shaper bench --merge-vm
-//! F2 --json FILE` to put the VM's figures under `vm`. F2 lives under
-//! `target/bench/`, which the guest sees read-write at the same path. A
-//! failed VM part leaves FILE with the host part and `vm: null`, and fails
-//! the command.
+//! F2 --json FILE` to put the VM's figures under `vm`; then, unless
+//! `--no-multiqueue`, `shaper bench --vm-part --multiqueue` in the 7.x VM
+//! (cake_mq), merged the same way under `vm.multiqueue` and
+//! `vm.diffserv`. F2 lives under `target/bench/`, which the guest sees
+//! read-write at the same path. A failed VM part leaves FILE with what
+//! was merged before it, and fails the command.
 //!
 //! With `--soak[=DURATION]` only the soak runs, in the 6.12 VM; its JSON,
 //! written under `target/bench/` by the guest, is copied to FILE.
@@ -35,6 +37,9 @@ pub struct BenchArgs {
     /// Only the host part (no VM).
     #[arg(long, conflicts_with = "soak")]
     no_vm: bool,
+    /// Skip the multi-queue and DiffServ part (the 7.x VM).
+    #[arg(long)]
+    no_multiqueue: bool,
     /// Only the soak, in the VM: DURATION (10m when not given) of flows
     /// that start and end throughout under the shaper, its controller
     /// sampled; the JSON goes to --json (default: target/bench/soak.json).
@@ -78,7 +83,14 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<i32> {
         let t = Instant::now();
         let guest_json = out_dir.join(format!("soak-{}.json", std::process::id()));
         let soak = format!("--soak={length}");
-        let code = vm_part(root, &bin, &[soak.as_str()], &guest_json, &args.args)?;
+        let code = vm_part(
+            root,
+            vm::Kernel::V6_12,
+            &bin,
+            &[soak.as_str()],
+            &guest_json,
+            &args.args,
+        )?;
         eprintln!("xtask bench: soak in {:.1} s", t.elapsed().as_secs_f64());
         if code != 0 {
             return Ok(code);
@@ -111,34 +123,51 @@ pub fn run(root: &Path, args: &BenchArgs) -> Result<i32> {
         return Ok(0);
     }
 
-    let t = Instant::now();
-    let vm_json = out_dir.join(format!("vm-{}.json", std::process::id()));
-    let code = vm_part(root, &bin, &[], &vm_json, &args.args)?;
-    eprintln!("xtask bench: VM part in {:.1} s", t.elapsed().as_secs_f64());
-    if code != 0 {
-        eprintln!(
-            "xtask bench: the VM part failed (exit {code}); {} holds the host part only",
-            json.display()
-        );
-        return Ok(code);
+    let mut parts = vec![(vm::Kernel::V6_12, &[][..], "the VM part")];
+    if !args.no_multiqueue {
+        parts.push((
+            vm::Kernel::V7,
+            &["--multiqueue"][..],
+            "the multi-queue part",
+        ));
     }
-    let status = Command::new(&bin)
-        .args(["bench", "--merge-vm"])
-        .arg(&vm_json)
-        .arg("--json")
-        .arg(&json)
-        .status()
-        .with_context(|| format!("cannot start {}", bin.display()))?;
-    ensure!(status.success(), "merging the VM part failed ({status})");
-    // Best effort: the merged file has it all.
-    let _ = std::fs::remove_file(&vm_json);
+    for (kernel, opts, what) in parts {
+        let t = Instant::now();
+        let vm_json = out_dir.join(format!("vm-{}.json", std::process::id()));
+        let code = vm_part(root, kernel, &bin, opts, &vm_json, &args.args)?;
+        eprintln!("xtask bench: {what} in {:.1} s", t.elapsed().as_secs_f64());
+        if code != 0 {
+            eprintln!(
+                "xtask bench: {what} failed (exit {code}); {} holds what was merged before it",
+                json.display()
+            );
+            return Ok(code);
+        }
+        let status = Command::new(&bin)
+            .args(["bench", "--merge-vm"])
+            .arg(&vm_json)
+            .arg("--json")
+            .arg(&json)
+            .status()
+            .with_context(|| format!("cannot start {}", bin.display()))?;
+        ensure!(status.success(), "merging {what} failed ({status})");
+        // Best effort: the merged file has it all.
+        let _ = std::fs::remove_file(&vm_json);
+    }
     eprintln!("xtask bench: wrote {}", json.display());
     Ok(0)
 }
 
-/// Runs `BIN bench --vm-part OPTS --json JSON ARGS` in the 6.12 VM;
-/// returns its exit code.
-fn vm_part(root: &Path, bin: &Path, opts: &[&str], json: &Path, args: &[String]) -> Result<i32> {
+/// Runs `BIN bench --vm-part OPTS --json JSON ARGS` in the VM with
+/// `kernel`; returns its exit code.
+fn vm_part(
+    root: &Path,
+    kernel: vm::Kernel,
+    bin: &Path,
+    opts: &[&str],
+    json: &Path,
+    args: &[String],
+) -> Result<i32> {
     let mut cmd: Vec<String> = vec![
         bin.display().to_string(),
         "bench".into(),
@@ -147,5 +176,5 @@ fn vm_part(root: &Path, bin: &Path, opts: &[&str], json: &Path, args: &[String])
     cmd.extend(opts.iter().map(|o| (*o).to_owned()));
     cmd.extend(["--json".to_owned(), json.display().to_string()]);
     cmd.extend(args.iter().cloned());
-    vm::run(root, vm::Kernel::V6_12, &cmd)
+    vm::run(root, kernel, &cmd)
 }

@@ -49,6 +49,14 @@
 //! `cpu_bound` (`none`, `cake` and `shaper` each way at
 //! `--cpu-bound-rate`; null with `--no-cpu-bound`)), or null.
 //!
+//! With `--vm-part --multiqueue` the lab part runs only the multi-queue
+//! and DiffServ cases ([`multiqueue`]), for a kernel with cake_mq; merged,
+//! they land under `vm.multiqueue` (`kernel`, `queues`,
+//! `states.<shaper|cake_mq|cake_split>` with `single_flow_ratio`,
+//! `sum_ratio_max_1s`, `min_flow_share_ratio` and `jain_1v8`, and `rps`)
+//! and `vm.diffserv.<shaper|cake|cake_mq>` (`ef_ping_p99_ms`,
+//! `ef_loss_pct`, `ef_bulk_share`, and the shaper's `ef_bulk_share_mq`).
+//!
 //! With `--vm-part --soak[=DURATION]` the lab part runs only the soak
 //! ([`vm::soak`], [`crate::lab::soak`]): `vm.soak` holds `flows`,
 //! `goodput_ratio`, `rss_drift`, `rss_median_kib`, `fd_growth`,
@@ -66,6 +74,7 @@ pub mod host;
 mod loaded;
 pub mod matrix;
 mod measure;
+pub mod multiqueue;
 pub mod scale;
 pub mod timed;
 pub mod vm;
@@ -159,6 +168,10 @@ pub struct BenchArgs {
         requires = "vm_part"
     )]
     pub soak: Option<Duration>,
+    /// Lab part: run only the multi-queue and DiffServ cases, --case-reps
+    /// rounds (cake_mq where the kernel has it, Linux 7.0 and later).
+    #[arg(long, requires = "vm_part", conflicts_with = "soak")]
+    pub multiqueue: bool,
     /// Run only the telemetry scale part (the host part runs it in a child
     /// process of its own, so its RSS is the controller's alone).
     #[arg(long, conflicts_with_all = ["vm_part", "merge_vm"])]
@@ -197,6 +210,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
             map.insert("schema".to_owned(), json!(SCHEMA));
         }
         print!("{}", vm_table(&doc));
+        doc
+    } else if args.vm_part && args.multiqueue {
+        let opts = multiqueue::MqOptions {
+            bin: std::env::current_exe().context("cannot find this binary's path")?,
+            rate: args.rate,
+            duration: Duration::from_secs(5),
+            reps: args.case_reps.max(1),
+        };
+        let report = multiqueue::run(&opts).context("the multi-queue part failed")?;
+        let mut doc = serde_json::to_value(&report)?;
+        if let Value::Object(map) = &mut doc {
+            map.insert("schema".to_owned(), json!(SCHEMA));
+        }
+        print!("{}", multiqueue::table(&doc));
         doc
     } else if args.vm_part {
         let opts = vm::VmOptions {
@@ -353,6 +380,20 @@ fn merge(json: &PathBuf, vm_file: &PathBuf) -> Result<()> {
     let Value::Object(map) = &mut doc else {
         anyhow::bail!("{} does not hold a JSON object", json.display());
     };
+    if vm.get("part").and_then(Value::as_str) == Some(multiqueue::PART) {
+        // The multi-queue part joins whatever lab part is there already.
+        print!("{}", multiqueue::table(&vm));
+        let into = map.entry("vm").or_insert(Value::Null);
+        if !into.is_object() {
+            *into = json!({});
+        }
+        if let Value::Object(into) = into {
+            for key in ["multiqueue", "diffserv"] {
+                into.insert(key.to_owned(), vm.get(key).cloned().unwrap_or(Value::Null));
+            }
+        }
+        return write_json(json, &doc);
+    }
     print!("{}", vm_table(&vm));
     adopt_helper_count(map, &vm);
     map.insert("vm".to_owned(), vm);
@@ -667,5 +708,40 @@ mod tests {
         adopt_helper_count(map, &vm);
         assert_eq!(map["helper_calls_per_packet"], json!(2.0));
         assert!(!map.contains_key("helper_calls_kernel"));
+    }
+
+    /// The lab part replaces `vm`; the multi-queue part merged after it
+    /// joins it, keeping what is there.
+    #[test]
+    fn the_multiqueue_part_joins_the_lab_part() {
+        let dir = std::env::temp_dir().join(format!("shaper-merge-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        let (doc, lab, mq) = (
+            dir.join("doc.json"),
+            dir.join("lab.json"),
+            dir.join("mq.json"),
+        );
+        let write = |p: &PathBuf, v: Value| std::fs::write(p, v.to_string()).expect("write");
+        write(&doc, json!({"schema": SCHEMA, "vm": null}));
+        write(&lab, json!({"shaper": {"goodput_ratio": 0.9}}));
+        write(
+            &mq,
+            json!({"part": multiqueue::PART, "multiqueue": {"queues": 4},
+                   "diffserv": {"cake": {"ef_bulk_share": 0.24}}}),
+        );
+        merge(&doc, &lab).expect("lab part");
+        merge(&doc, &mq).expect("multi-queue part");
+        let v: Value =
+            serde_json::from_str(&std::fs::read_to_string(&doc).expect("read")).expect("json");
+        assert_eq!(v["vm"]["shaper"]["goodput_ratio"], json!(0.9));
+        assert_eq!(v["vm"]["multiqueue"]["queues"], json!(4));
+        assert_eq!(v["vm"]["diffserv"]["cake"]["ef_bulk_share"], json!(0.24));
+        // Alone, it makes `vm` an object of its own.
+        write(&doc, json!({"vm": null}));
+        merge(&doc, &mq).expect("multi-queue part alone");
+        let v: Value =
+            serde_json::from_str(&std::fs::read_to_string(&doc).expect("read")).expect("json");
+        assert_eq!(v["vm"]["multiqueue"]["queues"], json!(4));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
