@@ -1,14 +1,13 @@
 //! The pacer's configuration map value, written by the controller and read by
 //! the classifier on every packet.
 //!
-//! Invariants: `#[repr(C)]`, 128 bytes, no implicit padding (asserted below);
-//! `reserved` lets fields be added without changing the size, so a newer
-//! controller can still read an older pinned map. Booleans are `u32` flags.
+//! Invariants: `#[repr(C)]`, 128 bytes, no implicit padding (asserted below).
+//! Booleans are `u32` flags.
 //!
 //! Units are in the field names. `rate` is already converted for the packet
 //! path (see [`crate::rate`]).
 
-use crate::rate::ScaledRate;
+use crate::{framing::Framing, rate::ScaledRate};
 
 /// Flag: the pacer is enabled. When clear the classifier only counts.
 pub const FLAG_ENABLED: u32 = 1 << 0;
@@ -95,8 +94,8 @@ pub struct PacerConfig {
     /// The DSCP to tin map as bit planes ([`crate::tins::Diffserv::planes`]);
     /// all zero: one tin.
     pub tin_planes: [u64; 3],
-    /// Room for later fields; always zero for now.
-    pub reserved: [u64; 2],
+    /// How the link frames packets ([`Framing::RAW`]: as Linux sees them).
+    pub framing: Framing,
 }
 
 const _: () = assert!(core::mem::size_of::<PacerConfig>() == 128);
@@ -119,7 +118,7 @@ impl PacerConfig {
             hash_seed: 0,
             sample_threshold: sample_threshold(DEFAULT_SAMPLE_EVERY),
             tin_planes: [0; 3],
-            reserved: [0; 2],
+            framing: Framing::RAW,
         }
     }
 

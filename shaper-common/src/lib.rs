@@ -20,6 +20,7 @@ pub mod edt;
 pub mod event;
 pub mod fair;
 pub mod flow;
+pub mod framing;
 pub mod observe;
 pub mod police;
 pub mod rate;

@@ -35,7 +35,6 @@ use shaper_common::{
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
     fair::{Packet, Verdict},
-    rate::wire_len_bytes,
     shared::{account, pace},
     tins::MAX_TINS,
 };
@@ -43,7 +42,7 @@ use shaper_common::{
 use crate::{
     ce::mark_ce,
     fair_state::{AtomicFair, AtomicTins, Rolled, roll},
-    hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry},
+    hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
     maps::{AGGREGATE, CONFIG, count, count_tin},
     parse::{self, Class, Ecn},
     telemetry::{Outcome, report, stash},
@@ -93,10 +92,7 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     if config.flags & FLAG_TELEMETRY != 0 {
         stash(&class);
     }
-    let headers_len = class.headers_len;
-    // SAFETY: reading a field of the __sk_buff the kernel passed in.
-    let gso_segs = unsafe { (*ctx.skb.skb).gso_segs };
-    let wire_len = wire_len_bytes(len, gso_segs, headers_len);
+    let wire_len = wire_len(ctx, config, &class, veil);
     count(Counter::WireBytes, u64::from(wire_len));
 
     if !config.enabled() {

@@ -5,9 +5,10 @@
 //! flow table or a fair share).
 //!
 //! The clock is read and the epoch rolled before any of this
-//! (`fair_state::roll`). Pricing the wire length stays written out in each
-//! program: returned from here in a struct, it once pushed the policer
-//! past the verifier's million-instruction limit.
+//! (`fair_state::roll`). The wire length is one `u32` from [`wire_len`]:
+//! the pricing that follows stays written out in each program, since
+//! returned from here in a struct it once pushed the policer past the
+//! verifier's million-instruction limit.
 
 use shaper_common::{
     config::{FLAG_NO_L2, PacerConfig},
@@ -27,6 +28,22 @@ use aya_ebpf::programs::TcContext;
 pub(crate) const TC_ACT_UNSPEC: i32 = -1;
 /// `TC_ACT_SHOT`: drop.
 pub(crate) const TC_ACT_SHOT: i32 = 2;
+
+/// What the packet costs on the link: its segments framed as the
+/// configuration's [`Framing`](shaper_common::framing::Framing) says,
+/// veiled, so the framing's branches end in one verifier state.
+#[inline(always)]
+pub fn wire_len(ctx: &TcContext, config: &PacerConfig, class: &Class, veil: Veil) -> u32 {
+    // SAFETY: reading fields of the __sk_buff the kernel passed in.
+    let (gso_segs, gso_size) = unsafe { ((*ctx.skb.skb).gso_segs, (*ctx.skb.skb).gso_size) };
+    veil.u32(config.framing.wire_len(
+        ctx.len(),
+        gso_segs,
+        gso_size,
+        class.headers_len,
+        class.ecn.l3_off,
+    ))
+}
 
 /// Parses `ctx`'s frame and counts it by class; a frame cut short inside a
 /// header it announces counts as truncated and gets flow 0. The fields the

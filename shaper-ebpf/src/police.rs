@@ -20,7 +20,6 @@ use shaper_common::{
     counters::Counter,
     fair::Packet,
     police::{Action, DropReason},
-    rate::wire_len_bytes,
     shared::{account, police_step},
     tins::SoleTin,
 };
@@ -28,7 +27,7 @@ use shaper_common::{
 use crate::{
     ce::mark_ce,
     fair_state::{AtomicFair, roll},
-    hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry},
+    hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
     maps::{CONFIG, POLICE_LINK, count},
     veil::Veil,
 };
@@ -52,9 +51,7 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
     // The policer has one tin.
     let rolled = roll::<_, false>(config, veil, 0, SoleTin);
     let class = count_and_classify(ctx, config);
-    // SAFETY: reading a field of the __sk_buff the kernel passed in.
-    let gso_segs = unsafe { (*ctx.skb.skb).gso_segs };
-    let wire_len = wire_len_bytes(len, gso_segs, class.headers_len);
+    let wire_len = wire_len(ctx, config, &class, veil);
     count(Counter::WireBytes, u64::from(wire_len));
     if !config.enabled() {
         count(Counter::PassedUnpaced, 1);

@@ -164,6 +164,28 @@ pub struct RunArgs {
     /// Clear each packet's DSCP once its tin is chosen (CAKE's `wash`).
     #[arg(long)]
     pub wash: bool,
+    /// The link's framing by CAKE's keywords, comma-separated, which add
+    /// up as in tc: ethernet, ether-vlan, docsis, pppoe-ptm, bridged-ptm,
+    /// pppoa-vcmux, pppoa-llc, pppoe-vcmux, pppoe-llcsnap, bridged-vcmux,
+    /// bridged-llcsnap, ipoa-vcmux, ipoa-llcsnap, conservative, atm, ptm,
+    /// noatm, raw. Every rate (egress, ingress) then counts packets as the
+    /// link does.
+    #[arg(long, value_name = "KEYWORDS", value_delimiter = ',')]
+    pub framing: Vec<String>,
+    /// Bytes each packet costs on the link beyond its IP packet (-64 to
+    /// 256, as CAKE's `overhead`); replaces what --framing adds up.
+    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
+    pub overhead: Option<i32>,
+    /// The least a packet costs on the link, overhead included (0 to 256,
+    /// as CAKE's `mpu`).
+    #[arg(long, value_name = "BYTES")]
+    pub mpu: Option<u16>,
+    /// The link carries ATM cells (53 bytes for every 48 or part): ADSL.
+    #[arg(long, conflicts_with = "ptm")]
+    pub atm: bool,
+    /// The link codes 64 bytes in 65 (PTM): VDSL2.
+    #[arg(long)]
+    pub ptm: bool,
     /// Telemetry: sample 1 packet in N besides every drop, mark, flow
     /// start and end (0: only those).
     #[arg(long, value_name = "N", default_value_t = shaper_common::config::DEFAULT_SAMPLE_EVERY)]
@@ -194,6 +216,15 @@ impl RunArgs {
             no_ecn: self.no_ecn,
             diffserv: self.diffserv,
             wash: self.wash,
+            framing: self
+                .framing
+                .iter()
+                .cloned()
+                .chain(self.atm.then(|| "atm".to_owned()))
+                .chain(self.ptm.then(|| "ptm".to_owned()))
+                .collect(),
+            overhead: self.overhead,
+            mpu: self.mpu,
         }
     }
 }

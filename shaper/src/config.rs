@@ -137,6 +137,7 @@ impl RunConfig {
         if p.wash {
             c.flags |= FLAG_WASH;
         }
+        c.framing = p.framing;
         c.flow_sets_mask = p.flow_sets() - 1;
         c.hash_seed = random_seed();
         c.flags &= !FLAG_TELEMETRY;

@@ -17,9 +17,9 @@ use shaper_common::{
     codel::MAX_INTERVAL_NS,
     config::{DEFAULT_INTERVAL_NS, DEFAULT_TARGET_NS},
     flow::{DEFAULT_FLOWS, WAYS},
+    framing::{Framing, KEYWORDS},
+    tins::Diffserv,
 };
-
-use shaper_common::tins::Diffserv;
 
 use crate::rate::Rate;
 
@@ -105,6 +105,29 @@ pub enum PacerError {
         /// What was given.
         given: u64,
     },
+    /// A framing keyword CAKE does not name.
+    #[error(
+        "--framing {given:?} is not one of CAKE's keywords: give {known} (comma-separated, \
+         e.g. --framing pppoe-ptm,ether-vlan), or --overhead N"
+    )]
+    FramingKeyword {
+        /// What was given.
+        given: String,
+        /// The keywords there are.
+        known: String,
+    },
+    /// The overhead, given or added up, is out of CAKE's range.
+    #[error("the overhead comes to {bytes} bytes, outside -64 to 256: give --overhead within it")]
+    Overhead {
+        /// What it came to.
+        bytes: i64,
+    },
+    /// The mpu is out of CAKE's range.
+    #[error("--mpu {bytes} is out of range: give 0 to 256")]
+    Mpu {
+        /// What was given.
+        bytes: u32,
+    },
     /// AQM settings given to the aggregate pacer, which has no AQM.
     #[error("--{flag} applies to the fair pacer only: drop it, or drop --pacer aggregate")]
     NotForAggregate {
@@ -132,6 +155,12 @@ pub struct PacerArgs {
     pub diffserv: Option<DiffservArg>,
     /// `--wash`.
     pub wash: bool,
+    /// `--framing` keywords, then `atm` or `ptm` for `--atm`, `--ptm`.
+    pub framing: Vec<String>,
+    /// `--overhead`.
+    pub overhead: Option<i32>,
+    /// `--mpu`.
+    pub mpu: Option<u16>,
 }
 
 /// Resolved pacer settings.
@@ -151,12 +180,46 @@ pub struct PacerSettings {
     pub diffserv: Diffserv,
     /// Clear each packet's DSCP once its tin is chosen.
     pub wash: bool,
+    /// How the link frames packets.
+    pub framing: Framing,
+}
+
+/// The framing `args` describe ([`Framing::from_keywords`]), or why not.
+pub fn framing(args: &PacerArgs) -> Result<Framing, PacerError> {
+    use shaper_common::framing::FramingError;
+    Framing::from_keywords(
+        args.framing.iter().map(String::as_str),
+        args.overhead,
+        args.mpu,
+    )
+    .map_err(|e| match e {
+        FramingError::UnknownKeyword => PacerError::FramingKeyword {
+            given: args
+                .framing
+                .iter()
+                .find(|w| {
+                    !matches!(w.as_str(), "raw" | "conservative" | "noatm")
+                        && !KEYWORDS.iter().any(|k| k.name == w.as_str())
+                })
+                .cloned()
+                .unwrap_or_default(),
+            known: KEYWORDS
+                .iter()
+                .map(|k| k.name)
+                .chain(["conservative", "noatm", "raw"])
+                .collect::<Vec<_>>()
+                .join(", "),
+        },
+        FramingError::Overhead(bytes) => PacerError::Overhead { bytes },
+        FramingError::Mpu(bytes) => PacerError::Mpu { bytes },
+    })
 }
 
 impl PacerSettings {
     /// Validates `args` for `rate`.
     pub fn resolve(args: &PacerArgs, rate: Rate) -> Result<Self, PacerError> {
         let kind = args.kind.unwrap_or(PacerKind::Fair);
+        let framing = framing(args)?;
         if kind == PacerKind::Aggregate {
             for (given, flag) in [
                 (args.target.is_some(), "target"),
@@ -216,6 +279,7 @@ impl PacerSettings {
             ecn: !args.no_ecn,
             diffserv: args.diffserv.unwrap_or_default().into(),
             wash: args.wash,
+            framing,
         })
     }
 
@@ -311,6 +375,41 @@ mod tests {
             e.contains("--diffserv") && e.contains("fair pacer only"),
             "{e}"
         );
+    }
+
+    /// Framing keywords resolve as CAKE's; a bad one, or an overhead or
+    /// mpu out of CAKE's range, names the flag and the fix.
+    #[test]
+    fn framing_resolves_and_bad_framing_names_the_fix() {
+        let args = |words: &[&str], overhead, mpu| PacerArgs {
+            framing: words.iter().map(|w| (*w).to_owned()).collect(),
+            overhead,
+            mpu,
+            ..PacerArgs::default()
+        };
+        let ok = |a: PacerArgs| PacerSettings::resolve(&a, rate("50mbit")).expect("valid");
+        assert!(ok(PacerArgs::default()).framing.is_raw());
+        let f = ok(args(&["pppoe-ptm", "ether-vlan"], None, None)).framing;
+        assert_eq!((f.overhead_bytes, f.ptm, f.from_l3), (34, 1, 1));
+        let f = ok(args(&["atm"], Some(40), Some(64))).framing;
+        assert_eq!((f.overhead_bytes, f.mpu_bytes, f.atm), (40, 64, 1));
+        let f = ok(PacerArgs {
+            kind: Some(PacerKind::Aggregate),
+            ..args(&["ethernet"], None, None)
+        })
+        .framing;
+        assert_eq!((f.overhead_bytes, f.mpu_bytes), (38, 84), "both pacers");
+        let bad = |a: PacerArgs| {
+            PacerSettings::resolve(&a, rate("50mbit"))
+                .expect_err("invalid")
+                .to_string()
+        };
+        let e = bad(args(&["ethernet", "adsl"], None, None));
+        assert!(e.contains("\"adsl\"") && e.contains("pppoe-ptm"), "{e}");
+        let e = bad(args(&[], Some(300), None));
+        assert!(e.contains("300") && e.contains("--overhead"), "{e}");
+        let e = bad(args(&[], None, Some(257)));
+        assert!(e.contains("--mpu 257"), "{e}");
     }
 
     #[test]

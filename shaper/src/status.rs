@@ -181,6 +181,12 @@ pub fn to_json(st: &IfaceStatus) -> String {
             "ecn": c.flags & shaper_common::config::FLAG_ECN != 0,
             "diffserv": Diffserv::from_index(c.diffserv).name(),
             "wash": c.flags & shaper_common::config::FLAG_WASH != 0,
+            "framing": {
+                "overhead_bytes": c.framing.overhead_bytes,
+                "mpu_bytes": c.framing.mpu_bytes,
+                "from_network_header": c.framing.from_l3 != 0,
+                "cells": c.framing.cells_name(),
+            },
             "generation": c.generation,
         });
     }
@@ -400,6 +406,7 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
                     "counting only"
                 }
             );
+            let _ = writeln!(s, "  framing:    {}", framing_text(&c.framing));
             if c.fair() {
                 let _ = writeln!(
                     s,
@@ -446,4 +453,42 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
         render_programs(&mut s, "  ", &st.programs);
     }
     s
+}
+
+/// The framing as `status` shows it.
+fn framing_text(f: &shaper_common::framing::Framing) -> String {
+    if f.is_raw() {
+        return "none: packets count as Linux sees them".to_owned();
+    }
+    let from = if f.from_l3 != 0 {
+        "the IP packet"
+    } else {
+        "the frame (raw)"
+    };
+    format!(
+        "{from} + {} bytes, at least {} bytes, cells {}",
+        f.overhead_bytes,
+        f.mpu_bytes,
+        f.cells_name()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use shaper_common::framing::Framing;
+
+    #[test]
+    fn the_framing_reads_as_the_link_counts() {
+        assert_eq!(
+            super::framing_text(&Framing::RAW),
+            "none: packets count as Linux sees them"
+        );
+        let f = Framing::from_keywords(["ethernet", "ether-vlan"], None, None).expect("ok");
+        assert_eq!(
+            super::framing_text(&f),
+            "the IP packet + 42 bytes, at least 84 bytes, cells none"
+        );
+        let f = Framing::from_keywords(["pppoe-llcsnap"], None, None).expect("ok");
+        assert!(super::framing_text(&f).ends_with("cells atm"));
+    }
 }

@@ -328,3 +328,29 @@ fn bad_lab_queue_and_tin_options_exit_2() {
     }
     assert_eq!(namespaces(), before, "a refused lab run created namespaces");
 }
+
+#[test]
+fn bad_framing_exits_2_and_names_the_fix() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let pair = Pair::new("frame", 1);
+    let run = ["--iface", "left0", "--rate", "20mbit"];
+    let with = |extra: &[&'static str]| [&run[..], extra].concat();
+    expect_usage_error(
+        &pair,
+        &with(&["--framing", "ethernet,adsl"]),
+        &["\"adsl\"", "pppoe-ptm"],
+    );
+    expect_usage_error(&pair, &with(&["--overhead", "300"]), &["-64 to 256"]);
+    expect_usage_error(&pair, &with(&["--mpu", "257"]), &["--mpu 257", "0 to 256"]);
+    expect_usage_error(
+        &pair,
+        &with(&[
+            "--framing",
+            "pppoe-llcsnap,pppoe-llcsnap,pppoe-llcsnap,pppoe-llcsnap,pppoe-llcsnap,pppoe-llcsnap,pppoe-llcsnap",
+        ]),
+        &["280 bytes", "--overhead"],
+    );
+    expect_usage_error(&pair, &with(&["--atm", "--ptm"]), &["--ptm"]);
+}

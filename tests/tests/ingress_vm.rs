@@ -201,6 +201,7 @@ fn police_and_ifb_keep_goodput_and_latency_at_20_and_80_ms() {
         wan_link: Some(WanLink {
             rate_bits_per_s: LINK_BITS_PER_S,
             buffer: LINK_BUFFER,
+            stab: None,
         }),
         ..TestbedOptions::default()
     });

@@ -385,3 +385,68 @@ fn truncated_and_non_ip_frames_are_paced_too() {
     );
     assert_eq!(out.ctx.tstamp, clock + rate.tx_time_ns(42));
 }
+
+/// With a framing set, the classifier charges what the link carries: a
+/// small packet its ATM cells, a GSO packet each segment's cells. Both
+/// differ from the raw lengths, so a program that ignored the framing
+/// fails here.
+#[test]
+fn framing_charges_the_links_bytes_per_segment() {
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    use shaper_common::framing::Framing;
+    let mut h = Harness::load();
+    let (mut config, rate) = pacing_at(1_000_000);
+    config.framing = Framing::from_keywords(["pppoe-llcsnap"], None, None).expect("framing");
+    let framing = config.framing;
+    h.set_config(config);
+
+    // 100 bytes of frame: 86 of IP + 40 = 126, three cells.
+    let small = udp_frame(100);
+    let framed = framing.frame_len(small.len() as u32, ETH_HLEN as u32);
+    assert_eq!(framed, 3 * 53);
+    let near = monotonic_ns() + 100_000_000;
+    h.set_clock(near);
+    h.run_expect(
+        "small udp, ATM cells",
+        &small,
+        None,
+        PASS,
+        &[
+            (Counter::Packets, 1),
+            (Counter::Bytes, small.len() as u64),
+            (Counter::WireBytes, u64::from(framed)),
+            (Counter::Paced, 1),
+            (Counter::Ipv4, 1),
+            (Counter::Udp, 1),
+        ],
+    );
+    assert_eq!(h.clock(), near + rate.tx_time_ns(framed));
+
+    let (segs, mss) = (4u32, 800usize);
+    let headers = ETH_HLEN + 20 + 20 + 12;
+    let frame = Frame::ipv4(Ipv4::new(Transport::Tcp {
+        options: vec![1, 1, 8, 10, 0, 0, 0, 1, 0, 0, 0, 2],
+        payload_len: segs as usize * mss,
+    }))
+    .build()
+    .bytes;
+    let per_segment = framing.frame_len((headers + mss) as u32, ETH_HLEN as u32);
+    let wire = u64::from(segs * per_segment);
+    assert!(
+        wire > u64::from(framing.frame_len(frame.len() as u32, ETH_HLEN as u32)),
+        "the segments' cells exceed the whole packet's"
+    );
+    let ctx = SkBuff {
+        gso_segs: segs,
+        gso_size: mss as u32,
+        ..SkBuff::default()
+    };
+    h.set_clock(near);
+    let before = h.counts();
+    let out = h.run(&frame, Some(&ctx));
+    assert_eq!(out.retval, PASS);
+    assert_eq!(h.counts().delta(&before)[Counter::WireBytes], wire);
+    assert_eq!(h.clock(), near + rate.tx_time_ns(wire as u32));
+}

@@ -333,3 +333,41 @@ fn a_lone_flow_behind_its_clock_keeps_the_whole_rate() {
         "one backlogged flow: the whole rate"
     );
 }
+
+/// The policer charges its virtual link the framed length: a packet's ATM
+/// cells under `pppoe-llcsnap`, not its bytes.
+#[test]
+fn the_policer_charges_the_links_framing() {
+    if !require(&[Need::Bpf]) {
+        return;
+    }
+    let mut h = Harness::load_program(POLICE_PROGRAM);
+    let (mut config, rate) = fair_at(10_000);
+    config.flow_sets_mask = 0;
+    config.framing = shaper_common::framing::Framing::from_keywords(["pppoe-llcsnap"], None, None)
+        .expect("framing");
+    let framing = config.framing;
+    h.set_config(config);
+    let p = udp4_ecn(100, 0);
+    let framed = framing.frame_len(p.len() as u32, 14);
+    assert_ne!(framed as usize, p.len());
+    let before = h.counts();
+    let link_before = monotonic_ns();
+    let out = h.run(&p.bytes, None);
+    assert_eq!(out.retval, PASS);
+    assert_eq!(
+        counted(&before, &h.counts(), Counter::WireBytes),
+        u64::from(framed)
+    );
+    let ahead = h
+        .police_link
+        .get(&0, 0)
+        .expect("read link")
+        .t_link_ns
+        .saturating_sub(link_before);
+    let tx = rate.tx_time_ns(framed);
+    assert!(
+        ahead >= tx && ahead < tx + 10 * MS,
+        "the virtual link holds the framed packet's time ({tx} ns), holds {ahead} ns"
+    );
+}

@@ -65,6 +65,9 @@
 //!   - `flow_mix_10k_telemetry`: `flow_mix_10k` with telemetry on at the
 //!     default sampling (1 in 64, plus every flow start): the cost of the
 //!     draw, and of the tail-called record writer when one is due.
+//!   - `flow_mix_10k_framed`: `flow_mix_10k` with the link's framing on
+//!     (`pppoe-llcsnap`: 40 bytes, ATM cells), at the rate that gives the
+//!     framed frame the same transmission time: the cost of the framing.
 //!   - `aggregate_flow_mix_10k`, the anchor: the same tuples through the
 //!     aggregate pacer (one clock for every flow, Cilium's design), `repeat`
 //!     per call, each round starting with the clock at now. A frame takes
@@ -94,6 +97,7 @@ use serde::Serialize;
 use shaper_common::{
     config::{DEFAULT_SAMPLE_EVERY, FLAG_FAIR, FLAG_TELEMETRY, sample_threshold},
     counters::Counter,
+    framing::Framing,
     rate::{MAX_RATE_BYTES_PER_S, ScaledRate},
 };
 use tracing::{info, warn};
@@ -329,6 +333,28 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     let tel = flow_mix(&b, Prog::Egress, &frames, opts, rate, Some(tx_ns), mix_pass)?;
     info!(ns = tel.ns_per_packet, "flow mix, paced, with telemetry");
     paths.insert("flow_mix_10k_telemetry", tel);
+    // The same with the link's framing (ATM cells counted per packet).
+    let framing = Framing {
+        overhead_bytes: 40,
+        from_l3: 1,
+        atm: 1,
+        ..Framing::RAW
+    };
+    // The frames' network header follows 14 bytes of Ethernet header.
+    let framed_len = framing.frame_len(u32::try_from(len).unwrap_or(u32::MAX), 14);
+    let framed_rate = rate_for(framed_len as usize, tx_ns);
+    b.prepare(framed_rate, |c| c.framing = framing)?;
+    let framed = flow_mix(
+        &b,
+        Prog::Egress,
+        &frames,
+        opts,
+        framed_rate,
+        Some(tx_ns),
+        mix_pass,
+    )?;
+    info!(ns = framed.ns_per_packet, "flow mix, paced, framed");
+    paths.insert("flow_mix_10k_framed", framed);
     // The ingress policer on the same mix: at 1 Tbit/s (every flow and the
     // virtual link idle: the pass path), and at the paced mix's rate, where
     // the virtual link runs behind and its CoDel signals flows (drops, and

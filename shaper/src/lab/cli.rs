@@ -389,6 +389,7 @@ impl LabConfig {
         let link = (!args.link_buffer.is_zero()).then_some(super::topology::WanLink {
             rate_bits_per_s: link_rate.bits_per_s(),
             buffer: args.link_buffer,
+            stab: None,
         });
         if !root {
             return Err(LabUsageError::NotRoot);

@@ -58,6 +58,15 @@ pub enum State {
         /// CAKE's keyword for the tins.
         diffserv: &'static str,
     },
+    /// CAKE at `rate` with more of tc-cake(8)'s options (e.g. `overhead
+    /// 54 mpu 64 atm`, or a framing keyword), besteffort unless they say
+    /// otherwise.
+    CakeWith {
+        /// Its bandwidth.
+        rate: Rate,
+        /// Appended to `cake bandwidth R besteffort`.
+        options: Vec<String>,
+    },
     /// HTB at `rate` with fq_codel as its only leaf (what sqm-scripts'
     /// `simple.qos` builds, without its priority classes).
     FqCodel {
@@ -159,6 +168,7 @@ impl State {
             State::None => "none".to_owned(),
             State::Cake { rate } => format!("cake {rate}"),
             State::CakeTins { rate, diffserv } => format!("cake {rate} {diffserv}"),
+            State::CakeWith { rate, options } => format!("cake {rate} {}", options.join(" ")),
             State::FqCodel { rate } => format!("fq_codel {rate}"),
             State::Shaper {
                 rate, extra_args, ..
@@ -205,6 +215,7 @@ impl State {
             State::None => None,
             State::Cake { rate }
             | State::CakeTins { rate, .. }
+            | State::CakeWith { rate, .. }
             | State::FqCodel { rate }
             | State::Shaper { rate, .. }
             | State::CakeIngress { rate, .. }
@@ -224,6 +235,11 @@ impl State {
             State::None => {}
             State::Cake { rate } => cake_root(tb, *rate, "besteffort")?,
             State::CakeTins { rate, diffserv } => cake_root(tb, *rate, diffserv)?,
+            State::CakeWith { rate, options } => {
+                let mut args = vec!["besteffort"];
+                args.extend(options.iter().map(String::as_str));
+                cake_root_with(tb, *rate, &args)?;
+            }
             State::CakeSplit { rate, queues, tins } => {
                 let router = tb.ns(Host::Router);
                 let n = (*queues).max(1);
@@ -391,7 +407,14 @@ pub fn policer_burst_bytes(rate: Rate) -> u64 {
 /// One CAKE at `rate` as the WAN device's root, with `tins` (CAKE's
 /// keyword: `besteffort`, `diffserv4`, ...).
 fn cake_root(tb: &Testbed, rate: Rate, tins: &str) -> Result<(), LabError> {
-    tb.ns(Host::Router).tc(&[
+    cake_root_with(tb, rate, &[tins])
+}
+
+/// One CAKE at `rate` as the WAN device's root, with `options` after the
+/// bandwidth.
+fn cake_root_with(tb: &Testbed, rate: Rate, options: &[&str]) -> Result<(), LabError> {
+    let rate = tc_rate(rate);
+    let mut args = vec![
         "qdisc",
         "replace",
         "dev",
@@ -399,9 +422,10 @@ fn cake_root(tb: &Testbed, rate: Rate, tins: &str) -> Result<(), LabError> {
         "root",
         "cake",
         "bandwidth",
-        &tc_rate(rate),
-        tins,
-    ])?;
+        &rate,
+    ];
+    args.extend(options);
+    tb.ns(Host::Router).tc(&args)?;
     Ok(())
 }
 
@@ -494,6 +518,7 @@ impl AppliedState<'_> {
             | State::CakeSplit { .. }
             | State::CakeMq { .. }
             | State::CakeTins { .. }
+            | State::CakeWith { .. }
             | State::Stack(_) => {
                 return Err(LabError::Unsupported {
                     operation: "set_rate",
@@ -588,6 +613,7 @@ impl AppliedState<'_> {
             State::None => Ok(()),
             State::Cake { .. }
             | State::CakeTins { .. }
+            | State::CakeWith { .. }
             | State::FqCodel { .. }
             | State::CakeSplit { .. }
             | State::CakeMq { .. } => router.tc(&["qdisc", "del", "dev", dev, "root"]).map(drop),

@@ -270,6 +270,21 @@ pub struct WanLink {
     pub rate_bits_per_s: u64,
     /// How long its full buffer takes to drain at `rate_bits_per_s`.
     pub buffer: Duration,
+    /// How the link counts each packet, when not as Linux does: a size
+    /// table on both TBFs (`tc ... stab`).
+    pub stab: Option<LinkStab>,
+}
+
+/// A size table (tc-stab(8)): each packet counts `overhead_bytes` more
+/// than its frame, at least `mpu_bytes`, in ATM cells when `atm`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkStab {
+    /// Added to the frame's length.
+    pub overhead_bytes: i32,
+    /// The least a packet counts.
+    pub mpu_bytes: u32,
+    /// Whole 53-byte cells of 48.
+    pub atm: bool,
 }
 
 impl WanLink {
@@ -286,6 +301,24 @@ impl WanLink {
             burst_bytes.to_string(),
             "latency".into(),
             format!("{}us", self.buffer.as_micros()),
+        ]
+    }
+
+    /// `tc` arguments of the size table, for the root qdisc of each
+    /// direction (the kernel takes one only at the root; the root's packet
+    /// lengths reach its children); none without one.
+    fn stab_args(&self) -> Vec<String> {
+        let Some(s) = self.stab else {
+            return Vec::new();
+        };
+        vec![
+            "stab".into(),
+            "overhead".into(),
+            s.overhead_bytes.to_string(),
+            "mpu".into(),
+            s.mpu_bytes.to_string(),
+            "linklayer".into(),
+            if s.atm { "atm" } else { "ethernet" }.into(),
         ]
     }
 }
@@ -436,13 +469,17 @@ impl Testbed {
         };
         let tbf = link.tbf_args();
         let tbf: Vec<&str> = tbf.iter().map(String::as_str).collect();
+        let stab = link.stab_args();
+        let stab: Vec<&str> = stab.iter().map(String::as_str).collect();
         // Download: the delay first, then the link's queue (netem's child).
         if delay.is_zero() {
             let mut a = vec!["qdisc", "replace", "dev", "sv0", "root"];
+            a.extend(&stab);
             a.extend(&tbf);
             sv.tc(&a)?;
         } else {
             let mut a = vec!["qdisc", "replace", "dev", "sv0", "root", "handle", "1:"];
+            a.extend(&stab);
             a.extend(netem);
             sv.tc(&a)?;
             let mut a = vec!["qdisc", "replace", "dev", "sv0", "parent", "1:1"];
@@ -455,6 +492,7 @@ impl Testbed {
             format!("link set dev {UPLOAD_IFB} up"),
         ])?;
         let mut a = vec!["qdisc", "replace", "dev", UPLOAD_IFB, "root"];
+        a.extend(&stab);
         a.extend(&tbf);
         sv.tc(&a)?;
         sv.all_ingress_to("sv0", &["mirred", "egress", "redirect", "dev", UPLOAD_IFB])
