@@ -161,10 +161,7 @@ fn at_rtt(tb: &Testbed, rtt: Duration) -> Vec<Verdict> {
         vs_cake::run(tb, &s)
     };
     let modes: [(&str, Judge); 2] = [("police", judge_police), ("ifb", judge_ifb)];
-    let cake = run(State::CakeIngress {
-        rate: rate(),
-        tins: "besteffort",
-    });
+    let cake = run(State::cake_ingress(rate()));
     let first: Vec<Verdict> = modes
         .iter()
         .map(|(mode, judge)| judge(ms, &cake, &run(shaper_ingress(mode)), bloated_ms))
@@ -172,10 +169,7 @@ fn at_rtt(tb: &Testbed, rtt: Duration) -> Vec<Verdict> {
     if first.iter().all(Result::is_ok) {
         return first;
     }
-    let cake = run(State::CakeIngress {
-        rate: rate(),
-        tins: "besteffort",
-    });
+    let cake = run(State::cake_ingress(rate()));
     modes
         .iter()
         .zip(first)

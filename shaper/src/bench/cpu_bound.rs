@@ -432,10 +432,7 @@ mod tests {
             StateKind::Cake.state(bin, rate()),
             State::Stack(vec![
                 State::Cake { rate: rate() },
-                State::CakeIngress {
-                    rate: rate(),
-                    tins: "besteffort",
-                },
+                State::cake_ingress(rate()),
             ])
         );
         match StateKind::Shaper.state(bin, rate()) {

@@ -399,13 +399,7 @@ fn states(opts: &VmOptions) -> Vec<(State, bool, Vec<RunFigures>)> {
     if opts.ingress {
         v.push((ingress(&["--ingress-mode", "police"]), true));
         v.push((ingress(&["--ingress-mode", "ifb"]), true));
-        v.push((
-            State::CakeIngress {
-                rate: opts.rate,
-                tins: "besteffort",
-            },
-            true,
-        ));
+        v.push((State::cake_ingress(opts.rate), true));
     }
     v.into_iter().map(|(s, d)| (s, d, Vec::new())).collect()
 }

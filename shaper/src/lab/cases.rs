@@ -97,10 +97,7 @@ pub fn lone_flow(bin: &Path, rate: Rate) -> Vec<Case> {
     };
     let down = |name: &str, mode: &str| Case {
         name: name.to_owned(),
-        cake: State::CakeIngress {
-            rate,
-            tins: "besteffort",
-        },
+        cake: State::cake_ingress(rate),
         shaper: shaper_ingress(bin, rate, mode),
         flows: vec![FlowSpec::tcp(Host::Client, 1).reversed()],
         ping: true,

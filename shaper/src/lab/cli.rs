@@ -87,6 +87,17 @@ pub struct LabArgs {
     /// voice does, and the report shows what each tin carried.
     #[arg(long, value_enum, value_name = "MODE", default_value = "besteffort")]
     pub diffserv: DiffservArg,
+    /// The link's framing for the shaper and CAKE, both directions: CAKE's
+    /// keywords, comma-separated (as `shaper run --framing`).
+    #[arg(long, value_name = "KEYWORDS", value_delimiter = ',')]
+    pub framing: Vec<String>,
+    /// Bytes each packet costs beyond its IP packet, for the shaper and
+    /// CAKE (-64 to 256).
+    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
+    pub overhead: Option<i32>,
+    /// The least a packet costs, for the shaper and CAKE (0 to 256).
+    #[arg(long, value_name = "BYTES")]
+    pub mpu: Option<u16>,
 }
 
 /// A state the lab knows, before it is bound to a rate and a binary.
@@ -270,6 +281,65 @@ pub struct LabConfig {
     pub queues: u32,
     /// The tins of the states that have them.
     pub diffserv: Diffserv,
+    /// The link's framing as CAKE's options, for the shaper's
+    /// `--framing`/`--overhead`/`--mpu` and CAKE's own; empty: none.
+    pub framing: Framing,
+}
+
+/// The link's framing as both the shaper and CAKE are told it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Framing {
+    /// CAKE's keywords, in order.
+    pub keywords: Vec<String>,
+    /// `overhead N`.
+    pub overhead: Option<i32>,
+    /// `mpu N`.
+    pub mpu: Option<u16>,
+}
+
+impl Framing {
+    /// No framing given.
+    pub fn is_empty(&self) -> bool {
+        self.keywords.is_empty() && self.overhead.is_none() && self.mpu.is_none()
+    }
+
+    /// `shaper run`'s arguments for it.
+    pub fn shaper_args(&self) -> Vec<String> {
+        let mut a = Vec::new();
+        if !self.keywords.is_empty() {
+            a.extend(["--framing".to_owned(), self.keywords.join(",")]);
+        }
+        if let Some(o) = self.overhead {
+            a.extend(["--overhead".to_owned(), o.to_string()]);
+        }
+        if let Some(m) = self.mpu {
+            a.extend(["--mpu".to_owned(), m.to_string()]);
+        }
+        a
+    }
+
+    /// CAKE's options for it.
+    pub fn cake_options(&self) -> Vec<String> {
+        let mut a = self.keywords.clone();
+        if let Some(o) = self.overhead {
+            a.extend(["overhead".to_owned(), o.to_string()]);
+        }
+        if let Some(m) = self.mpu {
+            a.extend(["mpu".to_owned(), m.to_string()]);
+        }
+        a
+    }
+}
+
+/// What every state shapes with beyond the rate.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Shaping {
+    /// TX queues of the WAN device.
+    pub queues: u32,
+    /// The tins of the states that have them.
+    pub diffserv: Diffserv,
+    /// The link's framing.
+    pub framing: Framing,
 }
 
 /// The programs the lab runs, with what for and their Debian package.
@@ -318,6 +388,36 @@ impl LabConfig {
                 detail: format!(
                     "state {} shapes a WAN device with several TX queues: give --queues 2 or \
                      more (e.g. --queues 4), or leave it out",
+                    k.name()
+                ),
+            });
+        }
+        let framing = Framing {
+            keywords: args.framing.clone(),
+            overhead: args.overhead,
+            mpu: args.mpu,
+        };
+        if let Err(e) = shaper_common::framing::Framing::from_keywords(
+            framing.keywords.iter().map(String::as_str),
+            framing.overhead,
+            framing.mpu,
+        ) {
+            return Err(LabUsageError::Invalid {
+                flag: "--framing",
+                detail: format!(
+                    "{e:?}: give CAKE's keywords (e.g. --framing pppoe-ptm,ether-vlan), \
+                     --overhead -64 to 256 and --mpu 0 to 256"
+                ),
+            });
+        }
+        if let Some(k) = args.states.0.iter().find(|k| k.needs_queues())
+            && !framing.is_empty()
+        {
+            return Err(LabUsageError::Invalid {
+                flag: "--states",
+                detail: format!(
+                    "state {} takes no framing in the lab: leave it out, or drop --framing, \
+                     --overhead and --mpu",
                     k.name()
                 ),
             });
@@ -415,6 +515,7 @@ impl LabConfig {
             show_shaper: args.show_shaper,
             queues: args.queues,
             diffserv: args.diffserv.into(),
+            framing,
         })
     }
 
@@ -448,7 +549,15 @@ impl LabConfig {
 
     /// The lab state for `kind`.
     pub fn state(&self, kind: StateKind) -> super::State {
-        kind.shaping(&self.shaper_bin, self.rate, self.queues, self.diffserv)
+        kind.shaping(
+            &self.shaper_bin,
+            self.rate,
+            &Shaping {
+                queues: self.queues,
+                diffserv: self.diffserv,
+                framing: self.framing.clone(),
+            },
+        )
     }
 
     /// The TOS byte of the pings and the UDP probe: EF with tins, else
@@ -463,33 +572,43 @@ impl StateKind {
     /// the kind shapes both), with the shaper binary `bin`, on one TX queue
     /// and without tins.
     pub fn state(self, bin: &std::path::Path, rate: Rate) -> super::State {
-        self.shaping(bin, rate, 1, Diffserv::Besteffort)
+        self.shaping(
+            bin,
+            rate,
+            &Shaping {
+                queues: 1,
+                ..Shaping::default()
+            },
+        )
     }
 
-    /// As [`StateKind::state`], on a WAN device with `queues` TX queues
-    /// and with the tins of `diffserv` where the kind has tins.
-    pub fn shaping(
-        self,
-        bin: &std::path::Path,
-        rate: Rate,
-        queues: u32,
-        diffserv: Diffserv,
-    ) -> super::State {
+    /// As [`StateKind::state`], on a WAN device with `shaping.queues` TX
+    /// queues, with the tins of `shaping.diffserv` where the kind has
+    /// tins, and the link's framing where the kind takes it.
+    pub fn shaping(self, bin: &std::path::Path, rate: Rate, shaping: &Shaping) -> super::State {
+        let (queues, diffserv) = (shaping.queues, shaping.diffserv);
         let tins = diffserv.name();
-        let with_ingress =
-            |egress| super::State::Stack(vec![egress, super::State::CakeIngress { rate, tins }]);
+        let mut cake_options = Vec::new();
+        if diffserv != Diffserv::Besteffort {
+            cake_options.push(tins.to_owned());
+        }
+        cake_options.extend(shaping.framing.cake_options());
+        let ingress = super::State::CakeIngress {
+            rate,
+            options: cake_options.clone(),
+        };
+        let with_ingress = |egress| super::State::Stack(vec![egress, ingress.clone()]);
         let mut shaper_args = Vec::new();
         if diffserv != Diffserv::Besteffort {
             shaper_args = vec!["--diffserv".to_owned(), tins.to_owned()];
         }
+        shaper_args.extend(shaping.framing.shaper_args());
         match self {
             StateKind::None => super::State::None,
-            StateKind::Cake if diffserv == Diffserv::Besteffort => {
-                with_ingress(super::State::Cake { rate })
-            }
-            StateKind::Cake => with_ingress(super::State::CakeTins {
+            StateKind::Cake if cake_options.is_empty() => with_ingress(super::State::Cake { rate }),
+            StateKind::Cake => with_ingress(super::State::CakeWith {
                 rate,
-                diffserv: tins,
+                options: cake_options.clone(),
             }),
             StateKind::CakeMq => with_ingress(super::State::CakeMq { rate, tins }),
             StateKind::CakeSplit => with_ingress(super::State::CakeSplit { rate, queues, tins }),
@@ -663,6 +782,37 @@ mod tests {
             "{}",
             name(StateKind::ShaperEgress)
         );
+        let framed = config(&[
+            "--states",
+            "cake,shaper",
+            "--framing",
+            "pppoe-ptm,ether-vlan",
+            "--mpu",
+            "68",
+        ])
+        .expect("valid");
+        assert_eq!(
+            framed.state(StateKind::Cake).name(),
+            format!(
+                "cake {r} pppoe-ptm ether-vlan mpu 68 + cake-ingress {r} pppoe-ptm ether-vlan mpu 68",
+                r = framed.rate
+            )
+        );
+        assert!(
+            framed
+                .state(StateKind::Shaper)
+                .name()
+                .ends_with("--framing pppoe-ptm,ether-vlan --mpu 68"),
+            "{}",
+            framed.state(StateKind::Shaper).name()
+        );
+        let e = config(&["--framing", "adsl"]).expect_err("unknown keyword");
+        assert!(e.to_string().contains("--framing"), "{e}");
+        let e = config(&["--overhead", "300"]).expect_err("out of range");
+        assert!(e.to_string().contains("-64 to 256"), "{e}");
+        let e = config(&["--states", "cake_split", "--queues", "4", "--overhead", "8"])
+            .expect_err("no framing for a per-queue state");
+        assert!(e.to_string().contains("takes no framing"), "{e}");
         let plain = config(&["--states", "cake"]).expect("valid");
         assert_eq!(plain.probe_tos(), None);
         assert_eq!(

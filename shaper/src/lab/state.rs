@@ -102,13 +102,14 @@ pub enum State {
         tins: &'static str,
     },
     /// Download shaping as sqm-scripts does it: `wan0`'s ingress redirected
-    /// to an IFB (`ifb4wan0`) with CAKE at `rate` in `ingress` mode, with
-    /// `tins`.
+    /// to an IFB (`ifb4wan0`) with CAKE at `rate` in `ingress` mode,
+    /// besteffort unless `options` (more of tc-cake(8)'s: tins, framing)
+    /// say otherwise.
     CakeIngress {
         /// Its bandwidth.
         rate: Rate,
-        /// CAKE's keyword for the tins (`besteffort`, `diffserv4`, ...).
-        tins: &'static str,
+        /// Appended to `cake bandwidth R besteffort ingress`.
+        options: Vec<String>,
     },
     /// A plain token-bucket policer on `wan0`'s ingress at `rate` (burst:
     /// [`POLICER_BURST`] at the rate, at least 64 KiB so a GSO packet fits):
@@ -143,6 +144,15 @@ pub const INGRESS_IFB: &str = "ifb4wan0";
 pub const POLICER_BURST: Duration = Duration::from_millis(10);
 
 impl State {
+    /// CAKE on an IFB at `rate`, besteffort, nothing else
+    /// ([`State::CakeIngress`]).
+    pub fn cake_ingress(rate: Rate) -> State {
+        State::CakeIngress {
+            rate,
+            options: Vec::new(),
+        }
+    }
+
     /// Whether a shaper state shapes the download with the pacer on an IFB:
     /// it shapes the download (`ShaperIngress`, or `--ingress-rate` among a
     /// `Shaper`'s arguments) in the default mode or with `--ingress-mode
@@ -183,8 +193,11 @@ impl State {
                 )
             }
             State::CakeMq { rate, tins } => format!("cake_mq {rate} {tins}"),
-            State::CakeIngress { rate, tins } => {
-                format!("cake-ingress {rate}{}", tins_suffix(tins))
+            State::CakeIngress { rate, options } if options.is_empty() => {
+                format!("cake-ingress {rate}")
+            }
+            State::CakeIngress { rate, options } => {
+                format!("cake-ingress {rate} {}", options.join(" "))
             }
             State::Policer { rate } => format!("policer {rate}"),
             State::ShaperIngress {
@@ -296,11 +309,12 @@ impl State {
                 let args = ["--ingress-rate".to_owned(), tc_rate(*rate)];
                 shaper = Some(spawn_shaper(tb, bin, &args, extra_args, "ingress:")?);
             }
-            State::CakeIngress { rate, tins } => {
+            State::CakeIngress { rate, options } => {
                 let router = tb.ns(Host::Router);
                 router.ip(&["link", "add", "name", INGRESS_IFB, "type", "ifb"])?;
                 router.ip(&["link", "set", "dev", INGRESS_IFB, "up"])?;
-                router.tc(&[
+                let rate = tc_rate(*rate);
+                let mut args = vec![
                     "qdisc",
                     "replace",
                     "dev",
@@ -308,10 +322,12 @@ impl State {
                     "root",
                     "cake",
                     "bandwidth",
-                    &tc_rate(*rate),
-                    tins,
+                    &rate,
+                    "besteffort",
                     "ingress",
-                ])?;
+                ];
+                args.extend(options.iter().map(String::as_str));
+                router.tc(&args)?;
                 router
                     .all_ingress_to(dev, &["mirred", "egress", "redirect", "dev", INGRESS_IFB])?;
             }
@@ -690,13 +706,7 @@ mod tests {
                 .shapes_download_on_ifb()
         );
         assert!(!both(&[]).shapes_download_on_ifb());
-        assert!(
-            !State::CakeIngress {
-                rate,
-                tins: "besteffort"
-            }
-            .shapes_download_on_ifb()
-        );
+        assert!(!State::cake_ingress(rate).shapes_download_on_ifb());
     }
 
     #[test]
@@ -710,13 +720,7 @@ mod tests {
     #[test]
     fn a_stack_is_named_by_its_parts() {
         let r: Rate = "20mbit".parse().expect("valid");
-        let s = State::Stack(vec![
-            State::Cake { rate: r },
-            State::CakeIngress {
-                rate: r,
-                tins: "besteffort",
-            },
-        ]);
+        let s = State::Stack(vec![State::Cake { rate: r }, State::cake_ingress(r)]);
         assert_eq!(s.name(), "cake 20Mbit + cake-ingress 20Mbit");
         assert_eq!(s.rate(), Some(r));
     }
