@@ -1,13 +1,10 @@
-//! Link-layer framing against CAKE's in the same run: the emulated access
-//! link beyond the router counts each packet as a DSL or Ethernet line
-//! does (a size table on its TBFs, tc-stab(8)), with a deep FIFO, and the
-//! router shapes at [`SHAPE_OF_LINE`] of the line's rate. Uploads over the lab
-//! testbed (20 ms RTT, GSO off so the link's TBF sees each packet whole):
-//! 4 bulk TCP streams from the client, [`SMALL_STREAMS`] streams of
-//! 64-byte UDP datagrams at [`SMALL_BITS_PER_S`] each from the second
-//! client (calls, games, ACKs: small packets, whose framing costs the
-//! most; each above its fair share, so each is paced to it), and ping
-//! every 20 ms from the client.
+//! Link-layer framing against CAKE's in the same run, on the links and
+//! traffic of [`shaper::lab::overhead`]: the emulated access link counts
+//! each packet as a DSL or Ethernet line does (a size table on its TBFs),
+//! with a deep FIFO, the router shapes at [`SHAPE_OF_LINE`] of the line's
+//! rate, and 4 bulk TCP uploads run beside [`SMALL_STREAMS`] streams of
+//! 64-byte UDP datagrams at [`SMALL_BITS_PER_S`] each, with ping every
+//! 20 ms.
 //!
 //! Cases, each a link and the options that match it:
 //! - **ATM** (ADSL): the link counts `overhead 40 mpu 64 linklayer atm`
@@ -36,14 +33,11 @@
 //! elsewhere it skips with a reason, and under
 //! `SHAPER_REQUIRE_FULL_KERNEL=1` a skip fails.
 
-use std::time::Duration;
-
-use shaper::{
-    lab::{
-        FlowSpec, Host, RunResult, Scenario, State, Testbed, TestbedOptions, WanLink,
-        topology::LinkStab,
+use shaper::lab::{
+    RunResult, State, Testbed,
+    overhead::{
+        self, CASES, LINE_BITS_PER_S, LinkCase, SHAPE_OF_LINE, SMALL_BITS_PER_S, SMALL_STREAMS,
     },
-    rate::Rate,
 };
 use shaper_tests::{
     skip::{Need, require},
@@ -51,18 +45,6 @@ use shaper_tests::{
     vs_cake::{self, OMIT, PING_EVERY, Verdict, again_if_missed, report, verdict},
 };
 
-/// The line's rate.
-const LINE_BITS_PER_S: u64 = 20_000_000;
-/// The router shapes at this part of the line's rate.
-const SHAPE_OF_LINE: f64 = 0.95;
-/// Streams of small datagrams.
-const SMALL_STREAMS: u32 = 4;
-/// Each small-datagram stream's rate.
-const SMALL_BITS_PER_S: u64 = 2_000_000;
-/// The small datagrams' payload.
-const SMALL_BYTES: u32 = 64;
-/// The link's FIFO, in time at its rate.
-const LINK_BUFFER: Duration = Duration::from_millis(200);
 /// The matched shaper's ping p99 may be this multiple of CAKE's.
 const P99_OF_CAKES: f64 = 1.2;
 /// The matched shaper's goodput may trail CAKE's by this much.
@@ -71,123 +53,36 @@ const GOODPUT_SLACK: f64 = 0.02;
 /// run's.
 const BLOAT_FACTOR: f64 = 3.0;
 
-/// One link and the options that match it.
-struct Case {
-    name: &'static str,
-    /// The link's TBF rate.
-    link_bits_per_s: u64,
-    stab: LinkStab,
-    shaper_args: &'static [&'static str],
-    cake_options: &'static [&'static str],
-    /// The latency bars (against CAKE's p99, and the bloat without
-    /// framing) hold.
-    hold_latency: bool,
-}
-
-const CASES: [Case; 3] = [
-    Case {
-        name: "ATM",
-        link_bits_per_s: LINE_BITS_PER_S,
-        stab: LinkStab {
-            overhead_bytes: 40,
-            mpu_bytes: 64,
-            atm: true,
-        },
-        shaper_args: &["--overhead", "54", "--mpu", "64", "--atm"],
-        cake_options: &["overhead", "54", "mpu", "64", "atm"],
-        hold_latency: true,
-    },
-    Case {
-        name: "PTM",
-        link_bits_per_s: LINE_BITS_PER_S / 65 * 64,
-        stab: LinkStab {
-            overhead_bytes: 16,
-            mpu_bytes: 0,
-            atm: false,
-        },
-        shaper_args: &["--framing", "pppoe-ptm"],
-        cake_options: &["pppoe-ptm"],
-        hold_latency: false,
-    },
-    Case {
-        name: "Ethernet",
-        link_bits_per_s: LINE_BITS_PER_S,
-        stab: LinkStab {
-            overhead_bytes: 28,
-            mpu_bytes: 84,
-            atm: false,
-        },
-        shaper_args: &["--framing", "ethernet,ether-vlan"],
-        cake_options: &["ethernet", "ether-vlan"],
-        hold_latency: false,
-    },
-];
-
-fn shaping_rate() -> Rate {
-    Rate::from_bits_per_s((LINE_BITS_PER_S as f64 * SHAPE_OF_LINE) as u64).expect("a valid rate")
-}
-
-fn flows() -> Vec<FlowSpec> {
-    let small = Rate::from_bits_per_s(SMALL_BITS_PER_S).expect("a valid rate");
-    vec![
-        FlowSpec::tcp(Host::Client, 4),
-        FlowSpec {
-            streams: SMALL_STREAMS,
-            ..FlowSpec::udp(Host::Client2, small).with_datagram_len(SMALL_BYTES)
-        },
-    ]
-}
+/// The links whose latency bars hold (see the module header).
+const LATENCY_HELD: [&str; 1] = ["atm"];
 
 /// Runs the traffic under `state`: the ping p99 (ms) and the bulk flows'
 /// goodput as a part of the shaping rate.
 fn run(tb: &Testbed, state: State) -> (f64, f64, RunResult) {
-    let mut s = Scenario::new(state, flows(), vs_cake::timing(OMIT)).with_ping(Host::Client);
-    s.ping_interval = PING_EVERY;
-    let r = vs_cake::run(tb, &s);
-    let p99 = shaper::lab::stats::percentile(&r.ping_ms, 99.0).unwrap_or(f64::INFINITY);
-    let goodput = r.flows.first().map_or(0.0, |f| {
-        f.report.receiver_bps / shaping_rate().bits_per_s() as f64
-    });
+    let r = vs_cake::run(
+        tb,
+        &overhead::scenario(state, vs_cake::timing(OMIT), PING_EVERY),
+    );
+    let (p99, goodput) = overhead::figures(&r);
     (p99, goodput, r)
 }
 
-fn shaper(args: &[&str]) -> State {
-    State::Shaper {
-        bin: shaper_bin(),
-        rate: shaping_rate(),
-        extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
-    }
-}
-
-fn case(c: &Case) -> Verdict {
-    let tb = vs_cake::testbed(TestbedOptions {
-        client_delay: Duration::ZERO,
-        client2_delay: Duration::ZERO,
-        wan_delay: Duration::from_millis(20),
-        gso: false,
-        wan_link: Some(WanLink {
-            rate_bits_per_s: c.link_bits_per_s,
-            buffer: LINK_BUFFER,
-            stab: Some(c.stab),
-        }),
-        ..TestbedOptions::default()
-    });
+fn case(c: &LinkCase) -> Verdict {
+    let tb = vs_cake::testbed(overhead::testbed_options(c));
+    let hold_latency = LATENCY_HELD.contains(&c.name);
     let round = || {
-        let cake = State::CakeWith {
-            rate: shaping_rate(),
-            options: c.cake_options.iter().map(|o| (*o).to_owned()).collect(),
-        };
+        let [(_, cake), (_, matched), (_, raw)] = overhead::states(c, &shaper_bin());
         let (cp99, cgood, _) = run(&tb, cake);
-        let (p99, good, _) = run(&tb, shaper(c.shaper_args));
-        let (raw_p99, raw_good, _) = run(&tb, shaper(&[]));
-        let held = if c.hold_latency { "needs" } else { "not held:" };
+        let (p99, good, _) = run(&tb, matched);
+        let (raw_p99, raw_good, _) = run(&tb, raw);
+        let held = if hold_latency { "needs" } else { "not held:" };
         let (p99_bar, good_bar, bloat_bar) = (
             P99_OF_CAKES * cp99,
             cgood - GOODPUT_SLACK,
             BLOAT_FACTOR * p99,
         );
         verdict(
-            good >= good_bar && (!c.hold_latency || p99 <= p99_bar && raw_p99 >= bloat_bar),
+            good >= good_bar && (!hold_latency || p99 <= p99_bar && raw_p99 >= bloat_bar),
             format!(
                 "{}: shaper {} ping p99 {p99:.1} ms ({held} ≤ {p99_bar:.1}), goodput {good:.3} \
                  (needs ≥ {good_bar:.3}); CAKE {} p99 {cp99:.1} ms, goodput {cgood:.3}; shaper \

@@ -44,7 +44,9 @@
 //! traffic cases of [`cases`],
 //! `lone_flow.<case>`, `bulk_beside_sparse`, `many_flows.<n>` and
 //! `unequal.<case>` (with Jain's index), the
-//! timed cases of [`timed`], `churn`, `leave` and `join`, with
+//! timed cases of [`timed`], `churn`, `leave` and `join`, the framing
+//! cases of [`overhead`] under `overhead.<atm|ptm|ethernet>.<cake|shaper|
+//! shaper_no_overhead>` (`ping_p99_ms`, `goodput_ratio`), with
 //! `--matrix` the cells of [`matrix`] under `matrix`, each with `shaper`
 //! and `cake` medians, and the CPU-bound case of [`cpu_bound`] under
 //! `cpu_bound` (`none`, `cake` and `shaper` each way at
@@ -76,6 +78,7 @@ mod loaded;
 pub mod matrix;
 mod measure;
 pub mod multiqueue;
+pub mod overhead;
 pub mod scale;
 pub mod timed;
 pub mod vm;
@@ -593,6 +596,9 @@ fn vm_table(vm: &Value) -> String {
     }
     if vm.get("churn").is_some() {
         s.push_str(&timed::table(vm));
+    }
+    if let Some(o) = vm.get("overhead").filter(|o| !o.is_null()) {
+        s.push_str(&overhead::table(o));
     }
     if let Some(m) = vm.get("matrix").filter(|m| !m.is_null()) {
         s.push_str(&matrix::table(m));

@@ -33,6 +33,10 @@
 //! index), and flows that leave, join and churn, under CAKE and the shaper,
 //! repeated and reported as medians.
 //!
+//! Link-layer framing ([`super::overhead`]): three emulated links (ATM,
+//! PTM, Ethernet) under CAKE and the shaper with the link's options and
+//! the shaper without, `case_reps` rounds, as medians.
+//!
 //! CPU-bound rate ([`super::cpu_bound`]): none, CAKE and the shaper, each
 //! shaping both directions, at a rate meant to be more than the guest can
 //! shape at full speed (400 Mbit/s by default), an upload and a download
@@ -223,6 +227,10 @@ pub struct VmReport {
     /// level).
     #[serde(flatten)]
     pub timed: Option<super::timed::TimedReport>,
+    /// The link-layer framing cases ([`super::overhead`]), if the traffic
+    /// cases ran: per link, per state.
+    pub overhead:
+        Option<BTreeMap<&'static str, BTreeMap<&'static str, super::overhead::FramedState>>>,
     /// The matrix, if asked for.
     pub matrix: Option<BTreeMap<String, super::matrix::CellPair>>,
     /// The CPU-bound case, unless skipped.
@@ -327,6 +335,12 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     } else {
         None
     };
+    let overhead = if opts.case_reps > 0 {
+        let timing = Timing::new(opts.case_duration, OMIT);
+        Some(super::overhead::run(&opts.bin, timing, opts.case_reps)?)
+    } else {
+        None
+    };
     let matrix = if opts.matrix {
         let timing = Timing::new(opts.case_duration, OMIT);
         Some(super::matrix::run(&opts.bin, timing, opts.case_reps)?)
@@ -368,6 +382,7 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
         ingress,
         cases,
         timed,
+        overhead,
         matrix,
         cpu_bound,
         wall_s: started.elapsed().as_secs_f64(),

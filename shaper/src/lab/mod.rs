@@ -28,6 +28,7 @@
 //! - [`soak`]: minutes of churn under the shaper with its controller
 //!   sampled (memory, descriptors, lost records, status).
 //! - [`diffserv`]: EF traffic beside best-effort bulk, for the tins.
+//! - [`overhead`]: links that count packets as DSL and Ethernet lines do.
 //! - [`multiqueue`]: flows steered onto TX queues, RPS at the router, and
 //!   the figures of one rate across queues.
 //! - [`readings`]: what the qdisc tree and the shaper counted (per TX
@@ -62,6 +63,7 @@ pub mod cpu;
 pub mod diffserv;
 pub mod measured;
 pub mod multiqueue;
+pub mod overhead;
 pub mod ping;
 pub mod plot;
 pub mod readings;

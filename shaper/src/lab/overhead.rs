@@ -1,0 +1,218 @@
+//! Links that count packets as DSL and Ethernet lines do, and the traffic
+//! that shows whether a shaper counts them the same way; shared by the VM
+//! test and the benchmark.
+//!
+//! The access link beyond the router has a size table on its TBFs
+//! (tc-stab(8); [`super::topology::LinkStab`]) and a [`LINK_BUFFER`] FIFO;
+//! the line runs at [`LINE_BITS_PER_S`] and the router shapes at
+//! [`SHAPE_OF_LINE`] of it. Uploads: 4 bulk TCP streams from the client,
+//! [`SMALL_STREAMS`] streams of [`SMALL_BYTES`]-byte UDP datagrams at
+//! [`SMALL_BITS_PER_S`] each from the second client (small packets, whose
+//! framing costs the most; each above its fair share, so each is paced to
+//! it), and ping from the client. GSO is off, so the link's TBF sees each
+//! packet whole.
+//!
+//! Cases ([`CASES`]), each a link and the options that match it: ATM
+//! (ADSL), PTM (VDSL2 with PPPoE), Ethernet with a VLAN tag. The size
+//! table counts from the frame, which carries 14 bytes of Ethernet header;
+//! the shaper's and CAKE's overheads count from the IP packet, so they are
+//! the table's plus 14.
+//!
+//! Units: bit/s for rates; ms for ping; goodput as a part of the shaping
+//! rate.
+
+use std::time::Duration;
+
+use super::{
+    FlowSpec, RunResult, Scenario, State, TestbedOptions, Timing, WanLink, stats,
+    topology::{Host, LinkStab},
+};
+use crate::rate::Rate;
+
+/// The line's rate.
+pub const LINE_BITS_PER_S: u64 = 20_000_000;
+/// The router shapes at this part of the line's rate.
+pub const SHAPE_OF_LINE: f64 = 0.95;
+/// Streams of small datagrams.
+pub const SMALL_STREAMS: u32 = 4;
+/// Each small-datagram stream's rate.
+pub const SMALL_BITS_PER_S: u64 = 2_000_000;
+/// The small datagrams' payload.
+pub const SMALL_BYTES: u32 = 64;
+/// The link's FIFO, in time at its rate.
+pub const LINK_BUFFER: Duration = Duration::from_millis(200);
+
+/// One link and the options that match it.
+#[derive(Clone, Copy, Debug)]
+pub struct LinkCase {
+    /// Its name (`atm`, `ptm`, `ethernet`: the benchmark's keys).
+    pub name: &'static str,
+    /// The link's TBF rate.
+    pub link_bits_per_s: u64,
+    /// How the link counts.
+    pub stab: LinkStab,
+    /// The shaper's options that match it.
+    pub shaper_args: &'static [&'static str],
+    /// CAKE's options that match it.
+    pub cake_options: &'static [&'static str],
+}
+
+/// The cases.
+pub const CASES: [LinkCase; 3] = [
+    LinkCase {
+        name: "atm",
+        link_bits_per_s: LINE_BITS_PER_S,
+        stab: LinkStab {
+            overhead_bytes: 40,
+            mpu_bytes: 64,
+            atm: true,
+        },
+        shaper_args: &["--overhead", "54", "--mpu", "64", "--atm"],
+        cake_options: &["overhead", "54", "mpu", "64", "atm"],
+    },
+    // PTM codes 64 bytes in 65: the link runs at 64/65 of the line.
+    LinkCase {
+        name: "ptm",
+        link_bits_per_s: LINE_BITS_PER_S / 65 * 64,
+        stab: LinkStab {
+            overhead_bytes: 16,
+            mpu_bytes: 0,
+            atm: false,
+        },
+        shaper_args: &["--framing", "pppoe-ptm"],
+        cake_options: &["pppoe-ptm"],
+    },
+    LinkCase {
+        name: "ethernet",
+        link_bits_per_s: LINE_BITS_PER_S,
+        stab: LinkStab {
+            overhead_bytes: 28,
+            mpu_bytes: 84,
+            atm: false,
+        },
+        shaper_args: &["--framing", "ethernet,ether-vlan"],
+        cake_options: &["ethernet", "ether-vlan"],
+    },
+];
+
+/// The router's shaping rate.
+pub fn shaping_rate() -> Rate {
+    Rate::from_bits_per_s((LINE_BITS_PER_S as f64 * SHAPE_OF_LINE) as u64).unwrap_or(Rate::MIN)
+}
+
+/// The testbed for `case`: 20 ms RTT on the WAN side, GSO off, the link.
+pub fn testbed_options(case: &LinkCase) -> TestbedOptions {
+    TestbedOptions {
+        client_delay: Duration::ZERO,
+        client2_delay: Duration::ZERO,
+        wan_delay: Duration::from_millis(20),
+        gso: false,
+        wan_link: Some(WanLink {
+            rate_bits_per_s: case.link_bits_per_s,
+            buffer: LINK_BUFFER,
+            stab: Some(case.stab),
+        }),
+        ..TestbedOptions::default()
+    }
+}
+
+/// The traffic under `state`, pinging every `ping_every`.
+pub fn scenario(state: State, timing: Timing, ping_every: Duration) -> Scenario {
+    let small = Rate::from_bits_per_s(SMALL_BITS_PER_S).unwrap_or(Rate::MIN);
+    let flows = vec![
+        FlowSpec::tcp(Host::Client, 4),
+        FlowSpec {
+            streams: SMALL_STREAMS,
+            ..FlowSpec::udp(Host::Client2, small).with_datagram_len(SMALL_BYTES)
+        },
+    ];
+    let mut s = Scenario::new(state, flows, timing).with_ping(Host::Client);
+    s.ping_interval = ping_every;
+    s
+}
+
+/// A run's ping p99 (ms; infinite without samples) and its bulk flows'
+/// goodput as a part of the shaping rate.
+pub fn figures(r: &RunResult) -> (f64, f64) {
+    let p99 = stats::percentile(&r.ping_ms, 99.0).unwrap_or(f64::INFINITY);
+    let goodput = r.flows.first().map_or(0.0, |f| {
+        f.report.receiver_bps / shaping_rate().bits_per_s() as f64
+    });
+    (p99, goodput)
+}
+
+/// CAKE with the case's options, the shaper with them, and the shaper with
+/// no framing, by the benchmark's names.
+pub fn states(case: &LinkCase, bin: &std::path::Path) -> [(&'static str, State); 3] {
+    let shaper = |args: &[&str]| State::Shaper {
+        bin: bin.to_owned(),
+        rate: shaping_rate(),
+        extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
+    };
+    [
+        (
+            "cake",
+            State::CakeWith {
+                rate: shaping_rate(),
+                options: case.cake_options.iter().map(|o| (*o).to_owned()).collect(),
+            },
+        ),
+        ("shaper", shaper(case.shaper_args)),
+        ("shaper_no_overhead", shaper(&[])),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use shaper_common::framing::Framing;
+
+    use super::*;
+
+    /// The shaper's options describe what the link's size table counts:
+    /// a frame of every size costs the same either way.
+    #[test]
+    fn each_cases_options_match_its_link() {
+        for case in CASES {
+            let args: Vec<&str> = case.shaper_args.to_vec();
+            let value = |flag: &str| {
+                args.iter()
+                    .position(|a| *a == flag)
+                    .and_then(|i| args.get(i + 1))
+                    .copied()
+            };
+            let keywords: Vec<&str> = value("--framing")
+                .map(|k| k.split(',').collect())
+                .unwrap_or_default();
+            let mut words = keywords.clone();
+            if args.contains(&"--atm") {
+                words.push("atm");
+            }
+            let f = Framing::from_keywords(
+                words,
+                value("--overhead").and_then(|v| v.parse().ok()),
+                value("--mpu").and_then(|v| v.parse().ok()),
+            )
+            .expect("valid framing");
+            for frame in [60u32, 64, 106, 200, 576, 1514] {
+                let s = case.stab;
+                let counted = (i64::from(frame) + i64::from(s.overhead_bytes))
+                    .max(i64::from(s.mpu_bytes)) as u64;
+                let link = if s.atm {
+                    counted.div_ceil(48) * 53
+                } else {
+                    counted
+                };
+                // PTM's coding is the link's slower rate: 65 for every 64,
+                // which our count adds per 64 bytes or part (so up to 63
+                // over, scaled by 64).
+                let ours = u64::from(f.frame_len(frame, 14));
+                let scale = if f.ptm == 1 { 64 } else { 65 };
+                assert!(
+                    (ours * scale).abs_diff(link * 65) <= 63 * 64,
+                    "{}: a {frame}-byte frame costs {ours} by our count, {link} on the link",
+                    case.name
+                );
+            }
+        }
+    }
+}
