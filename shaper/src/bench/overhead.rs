@@ -27,7 +27,7 @@ const PING_EVERY: Duration = Duration::from_millis(20);
 pub struct FramedState {
     /// Median ping p99, ms.
     pub ping_p99_ms: f64,
-    /// Median goodput of the bulk flows, of the shaping rate.
+    /// Median goodput of every flow together, of the shaping rate.
     pub goodput_ratio: f64,
     /// Each figure over the rounds.
     pub spread: BTreeMap<&'static str, Spread>,

@@ -18,8 +18,8 @@
 //! the shaper's and CAKE's overheads count from the IP packet, so they are
 //! the table's plus 14.
 //!
-//! Units: bit/s for rates; ms for ping; goodput as a part of the shaping
-//! rate.
+//! Units: bit/s for rates; ms for ping; goodput (every flow's together)
+//! as a part of the shaping rate.
 
 use std::time::Duration;
 
@@ -131,14 +131,13 @@ pub fn scenario(state: State, timing: Timing, ping_every: Duration) -> Scenario 
     s
 }
 
-/// A run's ping p99 (ms; infinite without samples) and its bulk flows'
-/// goodput as a part of the shaping rate.
+/// A run's ping p99 (ms; infinite without samples) and the goodput of
+/// every flow together as a part of the shaping rate: what the link
+/// carried of use, whichever flows carried it (how the bulk and the small
+/// datagrams split it varies from run to run).
 pub fn figures(r: &RunResult) -> (f64, f64) {
     let p99 = stats::percentile(&r.ping_ms, 99.0).unwrap_or(f64::INFINITY);
-    let goodput = r.flows.first().map_or(0.0, |f| {
-        f.report.receiver_bps / shaping_rate().bits_per_s() as f64
-    });
-    (p99, goodput)
+    (p99, r.ratio(shaping_rate()))
 }
 
 /// CAKE with the case's options, the shaper with them, and the shaper with
