@@ -25,7 +25,7 @@
 //! the matched shaper's p99 against [`P99_OF_CAKES`] × CAKE's, and its
 //! goodput (every flow's together) against CAKE's less
 //! [`GOODPUT_SLACK`]. Those are not held: over repeated runs the matched
-//! shaper's p99 on ATM ranged 22.5–30.6 ms against CAKE's 23.1–26.1, its
+//! shaper's p99 on ATM ranged 22.5–32.5 ms against CAKE's 22.6–26.1, its
 //! goodput trailed CAKE's on ATM and ran above it on PTM and Ethernet
 //! (`docs/pacer.md`, "Link-layer framing"). A case that misses is
 //! measured once more; two misses fail.
