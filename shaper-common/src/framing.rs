@@ -270,8 +270,8 @@ pub const KEYWORDS: [Keyword; 15] = [
 /// Why a framing was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FramingError {
-    /// A keyword CAKE does not name.
-    UnknownKeyword,
+    /// The keyword at this position is not one CAKE names.
+    UnknownKeyword(usize),
     /// The overhead is outside [`OVERHEAD_RANGE`].
     Overhead(i64),
     /// The mpu is outside [`MPU_RANGE`].
@@ -293,7 +293,7 @@ impl Framing {
         let mut f = Framing::RAW;
         let mut total: i64 = 0;
         let mut set = false;
-        for word in keywords {
+        for (at, word) in keywords.into_iter().enumerate() {
             match word {
                 "raw" => {
                     f = Framing::RAW;
@@ -314,7 +314,7 @@ impl Framing {
                     let k = KEYWORDS
                         .iter()
                         .find(|k| k.name == word)
-                        .ok_or(FramingError::UnknownKeyword)?;
+                        .ok_or(FramingError::UnknownKeyword(at))?;
                     total += i64::from(k.overhead_bytes);
                     set |= k.overhead_bytes != 0;
                     if k.mpu_bytes != 0 {
@@ -346,6 +346,15 @@ impl Framing {
         f.overhead_bytes = total as i32;
         f.from_l3 = u16::from(set);
         Ok(f)
+    }
+
+    /// Every word [`Framing::from_keywords`] takes: [`KEYWORDS`]' names,
+    /// then `conservative`, `noatm` and `raw`.
+    pub fn keyword_names() -> impl Iterator<Item = &'static str> {
+        KEYWORDS
+            .iter()
+            .map(|k| k.name)
+            .chain(["conservative", "noatm", "raw"])
     }
 
     /// The cell mode's name: `atm`, `ptm` or `none`.
@@ -442,7 +451,7 @@ mod tests {
         );
         assert_eq!(
             Framing::from_keywords(["dsl"], None, None),
-            Err(FramingError::UnknownKeyword)
+            Err(FramingError::UnknownKeyword(0))
         );
         assert_eq!(
             Framing::from_keywords([], Some(257), None),

@@ -164,22 +164,9 @@ pub struct RunArgs {
     /// Clear each packet's DSCP once its tin is chosen (CAKE's `wash`).
     #[arg(long)]
     pub wash: bool,
-    /// The link's framing by CAKE's keywords, comma-separated, which add
-    /// up as in tc: ethernet, ether-vlan, docsis, pppoe-ptm, bridged-ptm,
-    /// pppoa-vcmux, pppoa-llc, pppoe-vcmux, pppoe-llcsnap, bridged-vcmux,
-    /// bridged-llcsnap, ipoa-vcmux, ipoa-llcsnap, conservative, atm, ptm,
-    /// noatm, raw. Every rate (egress, ingress) then counts packets as the
-    /// link does.
-    #[arg(long, value_name = "KEYWORDS", value_delimiter = ',')]
-    pub framing: Vec<String>,
-    /// Bytes each packet costs on the link beyond its IP packet (-64 to
-    /// 256, as CAKE's `overhead`); replaces what --framing adds up.
-    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
-    pub overhead: Option<i32>,
-    /// The least a packet costs on the link, overhead included (0 to 256,
-    /// as CAKE's `mpu`).
-    #[arg(long, value_name = "BYTES")]
-    pub mpu: Option<u16>,
+    /// The link's framing: `--framing`, `--overhead`, `--mpu`.
+    #[command(flatten)]
+    pub framing: crate::pacer::FramingArgs,
     /// The link carries ATM cells (53 bytes for every 48 or part): ADSL.
     #[arg(long, conflicts_with = "ptm")]
     pub atm: bool,
@@ -216,15 +203,17 @@ impl RunArgs {
             no_ecn: self.no_ecn,
             diffserv: self.diffserv,
             wash: self.wash,
-            framing: self
-                .framing
-                .iter()
-                .cloned()
-                .chain(self.atm.then(|| "atm".to_owned()))
-                .chain(self.ptm.then(|| "ptm".to_owned()))
-                .collect(),
-            overhead: self.overhead,
-            mpu: self.mpu,
+            framing: crate::pacer::FramingArgs {
+                keywords: self
+                    .framing
+                    .keywords
+                    .iter()
+                    .cloned()
+                    .chain(self.atm.then(|| "atm".to_owned()))
+                    .chain(self.ptm.then(|| "ptm".to_owned()))
+                    .collect(),
+                ..self.framing.clone()
+            },
         }
     }
 }

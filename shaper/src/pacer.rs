@@ -17,7 +17,7 @@ use shaper_common::{
     codel::MAX_INTERVAL_NS,
     config::{DEFAULT_INTERVAL_NS, DEFAULT_TARGET_NS},
     flow::{DEFAULT_FLOWS, WAYS},
-    framing::{Framing, KEYWORDS},
+    framing::{Framing, FramingError},
     tins::Diffserv,
 };
 
@@ -155,12 +155,81 @@ pub struct PacerArgs {
     pub diffserv: Option<DiffservArg>,
     /// `--wash`.
     pub wash: bool,
-    /// `--framing` keywords, then `atm` or `ptm` for `--atm`, `--ptm`.
-    pub framing: Vec<String>,
-    /// `--overhead`.
+    /// `--framing`, `--overhead`, `--mpu`; the keywords end with `atm`
+    /// or `ptm` for `--atm`, `--ptm`.
+    pub framing: FramingArgs,
+}
+
+/// The link's framing as given: `run`'s and `lab`'s flags alike.
+#[derive(Clone, Debug, Default, PartialEq, Eq, clap::Args)]
+pub struct FramingArgs {
+    /// The link's framing by CAKE's keywords, comma-separated, which add
+    /// up as in tc: ethernet, ether-vlan, docsis, pppoe-ptm, bridged-ptm,
+    /// pppoa-vcmux, pppoa-llc, pppoe-vcmux, pppoe-llcsnap, bridged-vcmux,
+    /// bridged-llcsnap, ipoa-vcmux, ipoa-llcsnap, conservative, atm, ptm,
+    /// noatm, raw. Every rate (egress, ingress) then counts packets as the
+    /// link does.
+    #[arg(long = "framing", value_name = "KEYWORDS", value_delimiter = ',')]
+    pub keywords: Vec<String>,
+    /// Bytes each packet costs on the link beyond its IP packet (-64 to
+    /// 256, as CAKE's `overhead`); replaces what --framing adds up.
+    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
     pub overhead: Option<i32>,
-    /// `--mpu`.
+    /// The least a packet costs on the link, overhead included (0 to 256,
+    /// as CAKE's `mpu`).
+    #[arg(long, value_name = "BYTES")]
     pub mpu: Option<u16>,
+}
+
+impl FramingArgs {
+    /// No framing given.
+    pub fn is_empty(&self) -> bool {
+        self.keywords.is_empty() && self.overhead.is_none() && self.mpu.is_none()
+    }
+
+    /// The framing these describe ([`Framing::from_keywords`]), or why not.
+    pub fn resolve(&self) -> Result<Framing, PacerError> {
+        Framing::from_keywords(
+            self.keywords.iter().map(String::as_str),
+            self.overhead,
+            self.mpu,
+        )
+        .map_err(|e| match e {
+            FramingError::UnknownKeyword(at) => PacerError::FramingKeyword {
+                given: self.keywords.get(at).cloned().unwrap_or_default(),
+                known: Framing::keyword_names().collect::<Vec<_>>().join(", "),
+            },
+            FramingError::Overhead(bytes) => PacerError::Overhead { bytes },
+            FramingError::Mpu(bytes) => PacerError::Mpu { bytes },
+        })
+    }
+
+    /// The same flags for `shaper run`.
+    pub fn shaper_args(&self) -> Vec<String> {
+        let mut a = Vec::new();
+        if !self.keywords.is_empty() {
+            a.extend(["--framing".to_owned(), self.keywords.join(",")]);
+        }
+        if let Some(o) = self.overhead {
+            a.extend(["--overhead".to_owned(), o.to_string()]);
+        }
+        if let Some(m) = self.mpu {
+            a.extend(["--mpu".to_owned(), m.to_string()]);
+        }
+        a
+    }
+
+    /// The same as CAKE's options.
+    pub fn cake_options(&self) -> Vec<String> {
+        let mut a = self.keywords.clone();
+        if let Some(o) = self.overhead {
+            a.extend(["overhead".to_owned(), o.to_string()]);
+        }
+        if let Some(m) = self.mpu {
+            a.extend(["mpu".to_owned(), m.to_string()]);
+        }
+        a
+    }
 }
 
 /// Resolved pacer settings.
@@ -184,42 +253,11 @@ pub struct PacerSettings {
     pub framing: Framing,
 }
 
-/// The framing `args` describe ([`Framing::from_keywords`]), or why not.
-pub fn framing(args: &PacerArgs) -> Result<Framing, PacerError> {
-    use shaper_common::framing::FramingError;
-    Framing::from_keywords(
-        args.framing.iter().map(String::as_str),
-        args.overhead,
-        args.mpu,
-    )
-    .map_err(|e| match e {
-        FramingError::UnknownKeyword => PacerError::FramingKeyword {
-            given: args
-                .framing
-                .iter()
-                .find(|w| {
-                    !matches!(w.as_str(), "raw" | "conservative" | "noatm")
-                        && !KEYWORDS.iter().any(|k| k.name == w.as_str())
-                })
-                .cloned()
-                .unwrap_or_default(),
-            known: KEYWORDS
-                .iter()
-                .map(|k| k.name)
-                .chain(["conservative", "noatm", "raw"])
-                .collect::<Vec<_>>()
-                .join(", "),
-        },
-        FramingError::Overhead(bytes) => PacerError::Overhead { bytes },
-        FramingError::Mpu(bytes) => PacerError::Mpu { bytes },
-    })
-}
-
 impl PacerSettings {
     /// Validates `args` for `rate`.
     pub fn resolve(args: &PacerArgs, rate: Rate) -> Result<Self, PacerError> {
         let kind = args.kind.unwrap_or(PacerKind::Fair);
-        let framing = framing(args)?;
+        let framing = args.framing.resolve()?;
         if kind == PacerKind::Aggregate {
             for (given, flag) in [
                 (args.target.is_some(), "target"),
@@ -382,9 +420,11 @@ mod tests {
     #[test]
     fn framing_resolves_and_bad_framing_names_the_fix() {
         let args = |words: &[&str], overhead, mpu| PacerArgs {
-            framing: words.iter().map(|w| (*w).to_owned()).collect(),
-            overhead,
-            mpu,
+            framing: FramingArgs {
+                keywords: words.iter().map(|w| (*w).to_owned()).collect(),
+                overhead,
+                mpu,
+            },
             ..PacerArgs::default()
         };
         let ok = |a: PacerArgs| PacerSettings::resolve(&a, rate("50mbit")).expect("valid");

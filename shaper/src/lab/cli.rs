@@ -21,7 +21,10 @@ use clap::Args;
 
 use shaper_common::tins::Diffserv;
 
-use crate::{pacer::DiffservArg, rate::Rate};
+use crate::{
+    pacer::{DiffservArg, FramingArgs},
+    rate::Rate,
+};
 
 /// The most TX queues `--queues` gives the WAN device.
 pub const MAX_QUEUES: u32 = 16;
@@ -87,17 +90,10 @@ pub struct LabArgs {
     /// voice does, and the report shows what each tin carried.
     #[arg(long, value_enum, value_name = "MODE", default_value = "besteffort")]
     pub diffserv: DiffservArg,
-    /// The link's framing for the shaper and CAKE, both directions: CAKE's
-    /// keywords, comma-separated (as `shaper run --framing`).
-    #[arg(long, value_name = "KEYWORDS", value_delimiter = ',')]
-    pub framing: Vec<String>,
-    /// Bytes each packet costs beyond its IP packet, for the shaper and
-    /// CAKE (-64 to 256).
-    #[arg(long, value_name = "BYTES", allow_hyphen_values = true)]
-    pub overhead: Option<i32>,
-    /// The least a packet costs, for the shaper and CAKE (0 to 256).
-    #[arg(long, value_name = "BYTES")]
-    pub mpu: Option<u16>,
+    /// The link's framing for the shaper and every CAKE, both directions
+    /// (`--framing`, `--overhead`, `--mpu`, as `shaper run` takes them).
+    #[command(flatten)]
+    pub framing: FramingArgs,
 }
 
 /// A state the lab knows, before it is bound to a rate and a binary.
@@ -281,54 +277,8 @@ pub struct LabConfig {
     pub queues: u32,
     /// The tins of the states that have them.
     pub diffserv: Diffserv,
-    /// The link's framing as CAKE's options, for the shaper's
-    /// `--framing`/`--overhead`/`--mpu` and CAKE's own; empty: none.
-    pub framing: Framing,
-}
-
-/// The link's framing as both the shaper and CAKE are told it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Framing {
-    /// CAKE's keywords, in order.
-    pub keywords: Vec<String>,
-    /// `overhead N`.
-    pub overhead: Option<i32>,
-    /// `mpu N`.
-    pub mpu: Option<u16>,
-}
-
-impl Framing {
-    /// No framing given.
-    pub fn is_empty(&self) -> bool {
-        self.keywords.is_empty() && self.overhead.is_none() && self.mpu.is_none()
-    }
-
-    /// `shaper run`'s arguments for it.
-    pub fn shaper_args(&self) -> Vec<String> {
-        let mut a = Vec::new();
-        if !self.keywords.is_empty() {
-            a.extend(["--framing".to_owned(), self.keywords.join(",")]);
-        }
-        if let Some(o) = self.overhead {
-            a.extend(["--overhead".to_owned(), o.to_string()]);
-        }
-        if let Some(m) = self.mpu {
-            a.extend(["--mpu".to_owned(), m.to_string()]);
-        }
-        a
-    }
-
-    /// CAKE's options for it.
-    pub fn cake_options(&self) -> Vec<String> {
-        let mut a = self.keywords.clone();
-        if let Some(o) = self.overhead {
-            a.extend(["overhead".to_owned(), o.to_string()]);
-        }
-        if let Some(m) = self.mpu {
-            a.extend(["mpu".to_owned(), m.to_string()]);
-        }
-        a
-    }
+    /// The link's framing, for the shaper and CAKE.
+    pub framing: FramingArgs,
 }
 
 /// What every state shapes with beyond the rate.
@@ -339,7 +289,7 @@ pub struct Shaping {
     /// The tins of the states that have them.
     pub diffserv: Diffserv,
     /// The link's framing.
-    pub framing: Framing,
+    pub framing: FramingArgs,
 }
 
 /// The programs the lab runs, with what for and their Debian package.
@@ -392,22 +342,11 @@ impl LabConfig {
                 ),
             });
         }
-        let framing = Framing {
-            keywords: args.framing.clone(),
-            overhead: args.overhead,
-            mpu: args.mpu,
-        };
-        if let Err(e) = shaper_common::framing::Framing::from_keywords(
-            framing.keywords.iter().map(String::as_str),
-            framing.overhead,
-            framing.mpu,
-        ) {
+        let framing = args.framing.clone();
+        if let Err(e) = framing.resolve() {
             return Err(LabUsageError::Invalid {
                 flag: "--framing",
-                detail: format!(
-                    "{e:?}: give CAKE's keywords (e.g. --framing pppoe-ptm,ether-vlan), \
-                     --overhead -64 to 256 and --mpu 0 to 256"
-                ),
+                detail: e.to_string(),
             });
         }
         if let Some(k) = args.states.0.iter().find(|k| k.needs_queues())
