@@ -288,47 +288,6 @@ fn a_metrics_address_in_use_exits_2_before_the_tracer_attaches() {
     );
 }
 
-/// The lab's multi-queue options are checked before any namespace exists:
-/// out-of-range queues, a per-queue state on one queue, an unknown tin
-/// mode, each exit 2 naming the fix, and no `shl-` namespace is left.
-#[test]
-fn bad_lab_queue_and_tin_options_exit_2() {
-    if !require(&[Need::Root]) {
-        return;
-    }
-    let pair = Pair::new("labq", 1);
-    let namespaces = || {
-        std::fs::read_dir("/run/netns")
-            .map(|d| {
-                d.filter_map(|e| e.ok())
-                    .filter(|e| e.file_name().to_string_lossy().starts_with("shl-"))
-                    .count()
-            })
-            .unwrap_or(0)
-    };
-    let before = namespaces();
-    for (args, needles) in [
-        (&["--queues", "0"][..], &["--queues", "1 to 16"][..]),
-        (&["--queues", "17"], &["--queues 4"]),
-        (&["--states", "cake_split"], &["--queues 2 or more"]),
-        (&["--diffserv", "diffserv5"], &["diffserv4"]),
-    ] {
-        let out = pair
-            .left
-            .shaper()
-            .arg("lab")
-            .args(args)
-            .output()
-            .expect("spawn shaper");
-        let msg = text(&out);
-        assert_eq!(out.status.code(), Some(2), "{args:?}: {msg}");
-        for n in needles {
-            assert!(msg.contains(n), "{args:?}: {n:?} in {msg}");
-        }
-    }
-    assert_eq!(namespaces(), before, "a refused lab run created namespaces");
-}
-
 #[test]
 fn bad_framing_exits_2_and_names_the_fix() {
     if !require(&[Need::Root]) {

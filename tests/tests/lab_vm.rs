@@ -14,8 +14,10 @@
 //! upload and download latency, and the shaper cuts both to a quarter or
 //! less; teardown warns about nothing.
 //!
-//! Also: bad input (an unknown state, a bad rate) exits 2 with a message
-//! naming the problem before the testbed is built; SIGINT stops a run and
+//! Also: bad input (an unknown state, a bad rate, out-of-range queues, a
+//! per-queue state on one queue, an unknown tin mode) exits 2 with a
+//! message naming the problem and the fix before the testbed is built, and
+//! leaves no lab namespace; SIGINT stops a run and
 //! its namespaces are gone when it exits.
 
 use std::process::Command;
@@ -26,14 +28,14 @@ use shaper_tests::{
     topo::{shaper_bin, text},
 };
 
-/// The namespaces of the lab process `pid` still present.
-fn lab_namespaces(pid: u32) -> Vec<String> {
-    let prefix = format!("shl-{pid}-");
+/// The lab namespaces present whose names start with `prefix` (`shl-`:
+/// every lab process's; `shl-<pid>-`: one's).
+fn lab_namespaces(prefix: &str) -> Vec<String> {
     std::fs::read_dir("/run/netns")
         .map(|d| {
             d.filter_map(|e| e.ok())
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(&prefix))
+                .filter(|n| n.starts_with(prefix))
                 .collect()
         })
         .unwrap_or_default()
@@ -44,9 +46,14 @@ fn bad_input_exits_2_before_any_namespace() {
     if !require(&[Need::Root]) {
         return;
     }
-    for (args, want) in [
-        (&["--states", "none,cak"][..], "unknown state 'cak'"),
-        (&["--rate", "fast"], "--rate"),
+    let before = lab_namespaces("shl-").len();
+    for (args, wants) in [
+        (&["--states", "none,cak"][..], &["unknown state 'cak'"][..]),
+        (&["--rate", "fast"], &["--rate"]),
+        (&["--queues", "0"], &["--queues", "1 to 16"]),
+        (&["--queues", "17"], &["--queues 4"]),
+        (&["--states", "cake_split"], &["--queues 2 or more"]),
+        (&["--diffserv", "diffserv5"], &["diffserv4"]),
     ] {
         let out = Command::new(shaper_bin())
             .arg("lab")
@@ -55,9 +62,16 @@ fn bad_input_exits_2_before_any_namespace() {
             .expect("shaper runs");
         let t = text(&out);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {t}");
-        assert!(t.contains(want), "{args:?}: {t}");
+        for want in wants {
+            assert!(t.contains(want), "{args:?}: {want:?} in {t}");
+        }
         assert!(!t.contains("building the testbed"), "{args:?}: {t}");
     }
+    assert_eq!(
+        lab_namespaces("shl-").len(),
+        before,
+        "a refused lab run created namespaces"
+    );
 }
 
 #[test]
@@ -73,12 +87,13 @@ fn sigint_stops_the_lab_and_removes_its_namespaces() {
         .spawn()
         .expect("shaper lab starts");
     let pid = child.id();
+    let ours = format!("shl-{pid}-");
     let t = std::time::Instant::now();
-    while lab_namespaces(pid).is_empty() && t.elapsed().as_secs() < 60 {
+    while lab_namespaces(&ours).is_empty() && t.elapsed().as_secs() < 60 {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert!(
-        !lab_namespaces(pid).is_empty(),
+        !lab_namespaces(&ours).is_empty(),
         "the lab never built its testbed"
     );
     // SAFETY: kill with a valid signal on our own child's pid.
@@ -88,7 +103,11 @@ fn sigint_stops_the_lab_and_removes_its_namespaces() {
     let t_out = text(&out);
     assert!(!out.status.success(), "{t_out}");
     assert!(t_out.contains("interrupted"), "{t_out}");
-    assert!(lab_namespaces(pid).is_empty(), "{:?}", lab_namespaces(pid));
+    assert!(
+        lab_namespaces(&ours).is_empty(),
+        "{:?}",
+        lab_namespaces(&ours)
+    );
 }
 
 #[test]

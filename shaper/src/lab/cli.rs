@@ -591,6 +591,20 @@ mod tests {
         lab: LabArgs,
     }
 
+    /// A fresh directory of do-nothing executables named as the lab's
+    /// tools, so every tool is "found" on a PATH of it alone.
+    fn fake_tools(tag: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("shaper-lab-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("tmp");
+        for (p, _, _) in TOOLS {
+            let f = dir.join(p);
+            std::fs::write(&f, "#!/bin/sh\n").expect("write");
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        }
+        dir
+    }
+
     fn parse(args: &[&str]) -> Result<LabArgs, clap::Error> {
         T::try_parse_from(std::iter::once("lab").chain(args.iter().copied())).map(|t| t.lab)
     }
@@ -643,14 +657,7 @@ mod tests {
 
     #[test]
     fn the_link_defaults_above_the_rate_and_must_stay_above_it() {
-        let dir = std::env::temp_dir().join(format!("shaper-lab-link-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("tmp");
-        for (p, _, _) in TOOLS {
-            let f = dir.join(p);
-            std::fs::write(&f, "#!/bin/sh\n").expect("write");
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        }
+        let dir = fake_tools("link");
         let path = dir.display().to_string();
         let c = LabConfig::from_args(parse(&["--rate", "45mbit"]).expect("valid"), &path, true)
             .expect("valid");
@@ -672,14 +679,7 @@ mod tests {
     /// the mode and the probes carry EF.
     #[test]
     fn queues_and_tins_reach_the_states() {
-        let dir = std::env::temp_dir().join(format!("shaper-lab-mq-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("tmp");
-        for (p, _, _) in TOOLS {
-            let f = dir.join(p);
-            std::fs::write(&f, "#!/bin/sh\n").expect("write");
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        }
+        let dir = fake_tools("mq");
         let path = dir.display().to_string();
         let config =
             |args: &[&str]| LabConfig::from_args(parse(args).expect("parses"), &path, true);
@@ -764,15 +764,7 @@ mod tests {
     #[test]
     fn quick_defaults() {
         let args = parse(&["--quick", "--states", "none,shaper"]).expect("valid");
-        // Every tool is "found" in a directory of fake executables.
-        let dir = std::env::temp_dir().join(format!("shaper-lab-tools-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("tmp");
-        for (p, _, _) in TOOLS {
-            let f = dir.join(p);
-            std::fs::write(&f, "#!/bin/sh\n").expect("write");
-            use std::os::unix::fs::PermissionsExt;
-            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        }
+        let dir = fake_tools("tools");
         let c = LabConfig::from_args(args, &dir.display().to_string(), true).expect("valid");
         assert_eq!(c.duration, Duration::from_secs(5));
         assert_eq!(c.rate.bits_per_s(), 50_000_000);
