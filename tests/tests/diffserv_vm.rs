@@ -83,10 +83,7 @@ fn shaper(args: &[&str]) -> State {
 }
 
 fn cake() -> State {
-    State::CakeTins {
-        rate: rate(),
-        diffserv: "diffserv4",
-    }
+    State::cake_tins(rate(), "diffserv4")
 }
 
 fn ef_bulk(tb: &Testbed) -> Verdict {

@@ -320,15 +320,7 @@ fn case_e(tb: &Testbed) -> Verdict {
         })
         .unwrap_or_default();
     let round = || {
-        let root = run(
-            tb,
-            State::CakeTins {
-                rate: rate(),
-                diffserv: "diffserv4",
-            },
-            flows(),
-            &rules,
-        );
+        let root = run(tb, State::cake_tins(rate(), "diffserv4"), flows(), &rules);
         let ours = run(
             tb,
             State::Shaper {

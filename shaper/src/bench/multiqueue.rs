@@ -85,10 +85,7 @@ impl MqState {
     fn of(runs: &[MqFigures]) -> Self {
         let spread = |f: fn(&MqFigures) -> f64| Spread::of(runs.iter().map(f).collect());
         let spread: BTreeMap<&'static str, Spread> = [
-            (
-                "single_flow_ratio",
-                spread(|f| f.single_flow_ratio) as Spread,
-            ),
+            ("single_flow_ratio", spread(|f| f.single_flow_ratio)),
             ("sum_ratio_max_1s", spread(|f| f.sum_ratio_max_1s)),
             ("min_flow_share_ratio", spread(|f| f.min_flow_share_ratio)),
             ("jain_1v8", spread(|f| f.jain_1v8)),
@@ -232,14 +229,7 @@ fn diffserv_cases(
     let ours = shaper(opts, &["--diffserv", DIFFSERV]);
     let mut states: Vec<(&'static str, &Testbed, State)> = vec![
         ("shaper", &one, ours.clone()),
-        (
-            "cake",
-            &one,
-            State::CakeTins {
-                rate: opts.rate,
-                diffserv: DIFFSERV,
-            },
-        ),
+        ("cake", &one, State::cake_tins(opts.rate, DIFFSERV)),
     ];
     if cake_mq::kernel_has() {
         states.push((

@@ -50,17 +50,9 @@ pub enum State {
         /// Its bandwidth.
         rate: Rate,
     },
-    /// CAKE at `rate` with DiffServ tins (`diffserv3`, `diffserv4`,
-    /// `diffserv8`).
-    CakeTins {
-        /// Its bandwidth.
-        rate: Rate,
-        /// CAKE's keyword for the tins.
-        diffserv: &'static str,
-    },
-    /// CAKE at `rate` with more of tc-cake(8)'s options (e.g. `overhead
-    /// 54 mpu 64 atm`, or a framing keyword), besteffort unless they say
-    /// otherwise.
+    /// CAKE at `rate` with more of tc-cake(8)'s options (tins such as
+    /// `diffserv4`, `overhead 54 mpu 64 atm`, a framing keyword),
+    /// besteffort unless they say otherwise ([`State::cake_tins`]).
     CakeWith {
         /// Its bandwidth.
         rate: Rate,
@@ -144,6 +136,15 @@ pub const INGRESS_IFB: &str = "ifb4wan0";
 pub const POLICER_BURST: Duration = Duration::from_millis(10);
 
 impl State {
+    /// CAKE at `rate` with the tins CAKE names `diffserv` (`diffserv3`,
+    /// `diffserv4`, `diffserv8`), as a [`State::CakeWith`].
+    pub fn cake_tins(rate: Rate, diffserv: &str) -> State {
+        State::CakeWith {
+            rate,
+            options: vec![diffserv.to_owned()],
+        }
+    }
+
     /// CAKE on an IFB at `rate`, besteffort, nothing else
     /// ([`State::CakeIngress`]).
     pub fn cake_ingress(rate: Rate) -> State {
@@ -177,7 +178,6 @@ impl State {
         match self {
             State::None => "none".to_owned(),
             State::Cake { rate } => format!("cake {rate}"),
-            State::CakeTins { rate, diffserv } => format!("cake {rate} {diffserv}"),
             State::CakeWith { rate, options } => format!("cake {rate} {}", options.join(" ")),
             State::FqCodel { rate } => format!("fq_codel {rate}"),
             State::Shaper {
@@ -227,7 +227,6 @@ impl State {
         match self {
             State::None => None,
             State::Cake { rate }
-            | State::CakeTins { rate, .. }
             | State::CakeWith { rate, .. }
             | State::FqCodel { rate }
             | State::Shaper { rate, .. }
@@ -246,12 +245,11 @@ impl State {
         let mut shaper = None;
         match self {
             State::None => {}
-            State::Cake { rate } => cake_root(tb, *rate, "besteffort")?,
-            State::CakeTins { rate, diffserv } => cake_root(tb, *rate, diffserv)?,
+            State::Cake { rate } => cake_root(tb, *rate, &["besteffort"])?,
             State::CakeWith { rate, options } => {
                 let mut args = vec!["besteffort"];
                 args.extend(options.iter().map(String::as_str));
-                cake_root_with(tb, *rate, &args)?;
+                cake_root(tb, *rate, &args)?;
             }
             State::CakeSplit { rate, queues, tins } => {
                 let router = tb.ns(Host::Router);
@@ -420,15 +418,9 @@ pub fn policer_burst_bytes(rate: Rate) -> u64 {
     at_rate.max(64 * 1024)
 }
 
-/// One CAKE at `rate` as the WAN device's root, with `tins` (CAKE's
-/// keyword: `besteffort`, `diffserv4`, ...).
-fn cake_root(tb: &Testbed, rate: Rate, tins: &str) -> Result<(), LabError> {
-    cake_root_with(tb, rate, &[tins])
-}
-
 /// One CAKE at `rate` as the WAN device's root, with `options` after the
 /// bandwidth.
-fn cake_root_with(tb: &Testbed, rate: Rate, options: &[&str]) -> Result<(), LabError> {
+fn cake_root(tb: &Testbed, rate: Rate, options: &[&str]) -> Result<(), LabError> {
     let rate = tc_rate(rate);
     let mut args = vec![
         "qdisc",
@@ -533,7 +525,6 @@ impl AppliedState<'_> {
             | State::ShaperIngress { .. }
             | State::CakeSplit { .. }
             | State::CakeMq { .. }
-            | State::CakeTins { .. }
             | State::CakeWith { .. }
             | State::Stack(_) => {
                 return Err(LabError::Unsupported {
@@ -628,7 +619,6 @@ impl AppliedState<'_> {
         match &self.state {
             State::None => Ok(()),
             State::Cake { .. }
-            | State::CakeTins { .. }
             | State::CakeWith { .. }
             | State::FqCodel { .. }
             | State::CakeSplit { .. }
