@@ -201,18 +201,15 @@ pub fn stream_bps(r: &RunResult) -> Vec<f64> {
         .collect()
 }
 
-/// What each measured 1 s interval after the first carried, of `rate`
-/// (the first flow spec's streams together).
+/// What each steady interval carried, of `rate` (the first flow spec's
+/// streams together; `IperfReport::steady_intervals`).
 pub fn interval_ratios(r: &RunResult, rate: Rate) -> Vec<f64> {
     let Some(first) = r.flows.first() else {
         return Vec::new();
     };
     first
         .report
-        .intervals
-        .iter()
-        .filter(|i| !i.omitted)
-        .skip(1)
+        .steady_intervals()
         .map(|i| i.bps / rate.bits_per_s() as f64)
         .collect()
 }

@@ -257,7 +257,7 @@ impl IperfClient {
             &server.port().to_string(),
         ])
         .args(["-t", &secs(timing.duration), "-O", &secs(timing.omit)])
-        .args(["-i", "1", "-J", "--get-server-output"])
+        .args(["-i", &secs(REPORT_INTERVAL), "-J", "--get-server-output"])
         .args(["-P", &spec.streams.to_string()]);
         if let Some(cc) = &spec.cc {
             cmd.args(["-C", cc]);
@@ -308,6 +308,9 @@ impl IperfClient {
         Ok(report)
     }
 }
+
+/// iperf3's reporting period (`-i`).
+pub const REPORT_INTERVAL: Duration = Duration::from_secs(1);
 
 /// One reporting interval, as the receiver saw it. iperf3 restarts the
 /// clock when the omitted warm-up ends: `start` of the first measured
@@ -410,6 +413,30 @@ impl IperfReport {
             intervals,
             error,
         })
+    }
+}
+
+impl Interval {
+    /// Whether the interval spans a whole reporting period. The server
+    /// closes its last interval when the client stops, tens of ms into
+    /// the period; a rate over so short a span swings by tens of percent
+    /// with the scheduling jitter of the moment it was cut.
+    pub fn is_whole(&self) -> bool {
+        // A tenth of the period covers the timer's slack on a busy host.
+        self.end - self.start >= 0.9 * REPORT_INTERVAL.as_secs_f64()
+    }
+}
+
+impl IperfReport {
+    /// The measured intervals that show the steady rate: after the
+    /// warm-up, without the first (it carries what was queued when the
+    /// warm-up ended) and without any cut short.
+    pub fn steady_intervals(&self) -> impl Iterator<Item = &Interval> {
+        self.intervals
+            .iter()
+            .filter(|i| !i.omitted)
+            .skip(1)
+            .filter(|i| i.is_whole())
     }
 }
 

@@ -23,6 +23,31 @@ fn tcp_report_takes_receiver_goodput_and_sender_retransmits() {
 }
 
 #[test]
+fn steady_intervals_leave_out_the_warm_up_the_first_and_the_cut_last() {
+    let interval = |start: f64, end: f64, omitted: bool| Interval {
+        start,
+        end,
+        bps: end,
+        omitted,
+    };
+    let r = IperfReport {
+        intervals: vec![
+            interval(0.0, 1.0, true),
+            interval(0.0, 1.0, false),
+            interval(1.0, 2.0, false),
+            interval(2.0, 2.95, false),
+            interval(2.95, 3.0, false),
+        ],
+        ..IperfReport::default()
+    };
+    let ends: Vec<f64> = r.steady_intervals().map(|i| i.end).collect();
+    assert_eq!(ends, [2.0, 2.95]);
+    // The fixture's series: one omitted, two measured, all whole.
+    let r = IperfReport::parse(TCP).expect("parses");
+    assert_eq!(r.steady_intervals().count(), 1);
+}
+
+#[test]
 fn udp_report_counts_what_arrived() {
     let r = IperfReport::parse(UDP).expect("parses");
     assert!((r.receiver_bps - 19_303_818.31).abs() < 1.0, "{r:?}");
