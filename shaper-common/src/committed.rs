@@ -1,7 +1,10 @@
 //! The count of committed flows: flows whose clock runs ahead of now, each
-//! of which departs at the fair share `C/m` until its clock is reached. It
-//! is the fair share's floor: with `b` committed flows the share is at most
-//! `C/b`, so `m >= b`.
+//! of which departs at its fair share until its clock is reached. It is the
+//! fair share's floor: with `b` committed flows the share is at most `C/b`,
+//! so `m >= b`. Under host isolation a flow departs at `C/(m n)`, `n` its
+//! host's bulk flows, and counts with the weight `1/n`
+//! ([`crate::hosts`]): the count is a sum of weights, [`WEIGHT_ONE`] per
+//! flow without isolation.
 //!
 //! Why. The feedback that sets `m` measures the traffic *accepted* in each
 //! epoch. When many TCP flows back off together it lowers `m` below their
@@ -18,7 +21,7 @@
 //!
 //! Method. A ring of [`CLOCK_SLOTS`] counters, one per slot of
 //! 2^[`CLOCK_SLOT_SHIFT`] ns of clock time (1.05 ms; 512 slots, 537 ms,
-//! beyond the default horizon), holds how many flows have their clock in
+//! beyond the default horizon), holds the weight of the flows whose clock is in
 //! each slot. A packet that moves its flow's clock from one slot to another
 //! moves the flow between counters ([`clock_move`]). At each epoch change
 //! the slots that time has passed are emptied and their flows leave the
@@ -39,8 +42,13 @@
 //! exceeds the cap of `crate::fair::mult_cap`, so an error is bounded and
 //! short-lived.
 //!
-//! Units: nanoseconds of CLOCK_MONOTONIC; counts of flows. Non-goals:
-//! telling flows apart (a shared way of the flow table counts once).
+//! Units: nanoseconds of CLOCK_MONOTONIC; weights in Q16 ([`WEIGHT_ONE`] a
+//! flow). Non-goals: telling flows apart (a shared way of the flow table
+//! counts once).
+
+/// A flow's weight in the count without host isolation: 1.0 in Q16, so
+/// that the count is a multiplier's floor as it stands.
+pub const WEIGHT_ONE: u64 = 1 << 16;
 
 /// log2 of a slot's length in ns: 2^20 ns, 1.05 ms. Finer than an epoch,
 /// so that the count at an epoch change is that of the instant; a flow
@@ -57,20 +65,20 @@ pub fn slot_index(slot: u64) -> usize {
     (slot % CLOCK_SLOTS as u64) as usize
 }
 
-/// What a packet's clock move changes: the counter to decrement, the one to
-/// increment (each `CLOCK_SLOTS` for none) and the change of the count.
+/// What a packet's clock move changes: the counter that loses the flow's
+/// weight and the one that gains it, each `CLOCK_SLOTS` for none. The
+/// count changes by the weight joined less the weight left.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Move {
     /// Ring index whose counter loses the flow, or `CLOCK_SLOTS`.
     pub leave: usize,
     /// Ring index whose counter gains the flow, or `CLOCK_SLOTS`.
     pub join: usize,
-    /// +1, 0 or -1 as a wrapping add to the count.
-    pub delta: u64,
 }
 
 /// The move of a flow whose clock goes from `old_ns` to `new_ns` while the
-/// count holds the slots after `rolled_slot` (0 for a clock never set).
+/// count holds the slots after `rolled_slot` (0 for a clock never set). A
+/// clock that stays in its slot moves nothing.
 #[inline(always)]
 pub fn clock_move(old_ns: u64, new_ns: u64, rolled_slot: u64) -> Move {
     let last = rolled_slot + CLOCK_SLOTS as u64;
@@ -81,18 +89,11 @@ pub fn clock_move(old_ns: u64, new_ns: u64, rolled_slot: u64) -> Move {
         return Move {
             leave: CLOCK_SLOTS,
             join: CLOCK_SLOTS,
-            delta: 0,
         };
     }
-    let delta = match (was, is) {
-        (false, true) => 1,
-        (true, false) => u64::MAX,
-        _ => 0,
-    };
     Move {
         leave: if was { slot_index(old) } else { CLOCK_SLOTS },
         join: if is { slot_index(new) } else { CLOCK_SLOTS },
-        delta,
     }
 }
 
@@ -102,8 +103,8 @@ pub fn clock_move(old_ns: u64, new_ns: u64, rolled_slot: u64) -> Move {
 pub const SLOTS_PER_EPOCH: u64 = 8;
 
 /// A count at or above this has wrapped below zero (races on the BPF side)
-/// and reads as 0 ([`count_or_zero`]).
-pub const WRAPPED: u64 = 1 << 32;
+/// and reads as 0 ([`count_or_zero`]): 2^32 flows' weights.
+pub const WRAPPED: u64 = 1 << 48;
 
 /// The count as the floor reads it: a wrapped count is 0.
 #[inline(always)]
@@ -121,15 +122,15 @@ mod tests {
     fn a_clock_within_the_rolled_slot_is_not_counted() {
         let rolled = 50;
         let mv = clock_move(0, rolled * S + 100, rolled);
-        assert_eq!((mv.join, mv.delta), (CLOCK_SLOTS, 0));
+        assert_eq!((mv.leave, mv.join), (CLOCK_SLOTS, CLOCK_SLOTS));
     }
 
     #[test]
     fn a_clock_beyond_the_ring_is_not_counted() {
         let rolled = 7;
         let mv = clock_move(0, (rolled + 1 + CLOCK_SLOTS as u64) * S, rolled);
-        assert_eq!((mv.join, mv.delta), (CLOCK_SLOTS, 0));
+        assert_eq!((mv.leave, mv.join), (CLOCK_SLOTS, CLOCK_SLOTS));
         let mv = clock_move(0, (rolled + CLOCK_SLOTS as u64) * S, rolled);
-        assert_eq!((mv.join, mv.delta), (slot_index(rolled), 1));
+        assert_eq!((mv.leave, mv.join), (CLOCK_SLOTS, slot_index(rolled)));
     }
 }

@@ -52,9 +52,11 @@
 //!   the flows' shares sum to the rate, in total (rate × horizon).
 //!
 //! Invariants.
-//! - `m >= 1.0` (no flow is paced faster than the aggregate rate),
-//!   `m <= recent active flows + 1`, and `m < 2^32`; after each epoch
-//!   change `m >=` the committed flows, where that is below the cap.
+//! - `m >= 1.0` (no flow is paced faster than the aggregate rate; under
+//!   host isolation `m` counts hosts, may go lower, and each flow's own
+//!   multiplier is at least 1.0, [`crate::hosts`]), `m <= recent active
+//!   flows + 1`, and `m < 2^32`; after each epoch change `m >=` the
+//!   committed flows' weight, where that is below the cap.
 //! - A packet never departs before `max(now, its own tstamp)`: a socket that
 //!   paces itself is never pulled earlier.
 //! - Aggregate bound: in steady state the stamped departures of every epoch
@@ -75,8 +77,10 @@
 //! DiffServ tins each run this pacer on their own state, the feedback
 //! weighing each tin against the others ([`crate::tins`]).
 //!
-//! Non-goals: weights, host isolation; exact fairness within an epoch (the
-//! share adapts per epoch, fairness is over several).
+//! Host isolation runs this pacer over hosts ([`crate::hosts`]).
+//!
+//! Non-goals: weights set by the operator; exact fairness within an epoch
+//! (the share adapts per epoch, fairness is over several).
 
 use crate::codel::{CodelParams, codel_signal};
 use crate::committed::{self, CLOCK_SLOT_SHIFT, CLOCK_SLOTS};
@@ -150,14 +154,16 @@ pub struct FairState {
     /// Flows that sent a packet in the activity window in progress
     /// ([`ACTIVE_WINDOW_SHIFT`]).
     pub active_now: u64,
-    /// Flows whose clock lies beyond `clock_slot`: the multiplier's floor.
+    /// The weight of the flows whose clock lies beyond `clock_slot`, Q16
+    /// ([`crate::committed`]): the multiplier's floor.
     pub committed: u64,
     /// Transmission time (at the aggregate rate) of the packets passed
     /// unpaced since the last epoch change: the traffic of flows below
     /// their share, which with the committed flows tells whether the link
     /// is full at the current share ([`raise_would_idle`]).
     pub unpaced_ns: u64,
-    /// Flows per clock slot, indexed by `slot % CLOCK_SLOTS`.
+    /// The weight of the flows in each clock slot, indexed by `slot %
+    /// CLOCK_SLOTS`.
     pub clock_counts: [u64; CLOCK_SLOTS],
 }
 
@@ -183,9 +189,10 @@ impl FairState {
     }
 
     /// The committed flows the multiplier's floor counts, as of the last
-    /// epoch change ([`crate::committed`]).
+    /// epoch change ([`crate::committed`]), to the nearest whole flow (under
+    /// host isolation, a host's flows together count about one).
     pub fn committed_flows(&self) -> u64 {
-        committed::count_or_zero(self.committed)
+        (committed::count_or_zero(self.committed) + committed::WEIGHT_ONE / 2) >> 16
     }
 
     /// The rate each backlogged flow gets, `rate / m`, for the controller's
@@ -412,14 +419,14 @@ pub fn departure_slot(epoch: u64, depart_ns: u64) -> usize {
 /// with `d = ratio - 1`, as `1 + d/4 + d^2/32` (a plain `(1 + ratio) / 2`
 /// step shrinks `m` under zero-mean noise, by Jensen's inequality, and the
 /// pacer then overshoots). The ratio is clamped to [1/2, 2], the result to
-/// [1.0, MULT_MAX).
+/// [`mult_min_q16`, MULT_MAX) ([`Level::mult_min_q16`]).
 ///
 /// Why a quarter: TCP answers a new share about one RTT plus its queue
 /// later (three or more epochs), and a half step per epoch makes the loop
 /// oscillate; the cost is a slower take-up of a share that flows leave.
 /// `docs/pacer.md` (method, step 2) has the measurements.
 #[inline(always)]
-pub fn update_mult(mult_q16: u64, scheduled_ns: u64) -> u64 {
+pub fn update_mult(mult_q16: u64, scheduled_ns: u64, mult_min_q16: u64) -> u64 {
     // scheduled / epoch in Q16, clamped.
     let ratio = (scheduled_ns >> (EPOCH_SHIFT - 16)).clamp(MULT_ONE / 2, 2 * MULT_ONE);
     // d in [-1/2, 1] (Q16); d^2 below 2^32, so every product fits.
@@ -427,7 +434,7 @@ pub fn update_mult(mult_q16: u64, scheduled_ns: u64) -> u64 {
     let factor = MULT_ONE as i64 + d / 4 + ((d * d) >> 16) / 32;
     // factor in [0.88, 1.29] (Q16) and m < 2^32: the product fits.
     let next = (mult_q16 * factor as u64) >> 16;
-    next.clamp(MULT_ONE, MULT_MAX - 1)
+    next.clamp(mult_min_q16, MULT_MAX - 1)
 }
 
 /// The most flows the join rule ([`join_mult`]) acts among: beyond, one
@@ -461,14 +468,26 @@ pub const ACTIVE_WINDOW_SHIFT: u32 = 5;
 /// entry (0) is never taken as counted.
 #[inline(always)]
 pub fn count_active(flow: &mut FlowEntry, epoch: u64) -> bool {
-    let mark = ((epoch >> ACTIVE_WINDOW_SHIFT) as u32)
-        .wrapping_add(1)
-        .max(1);
-    if flow.active_epoch == mark {
+    mark_once(&mut flow.active_epoch, epoch >> ACTIVE_WINDOW_SHIFT)
+}
+
+/// Sets `mark` to period `period`'s mark, its low 32 bits plus one (1 when
+/// that wraps to 0, so a fresh mark, 0, is never taken as set); true when
+/// it held another period's, i.e. the first time per period.
+#[inline(always)]
+pub fn mark_once(mark: &mut u32, period: u64) -> bool {
+    let m = period_mark(period);
+    if *mark == m {
         return false;
     }
-    flow.active_epoch = mark;
+    *mark = m;
     true
+}
+
+/// The mark [`mark_once`] sets for `period`.
+#[inline(always)]
+pub fn period_mark(period: u64) -> u32 {
+    (period as u32).wrapping_add(1).max(1)
 }
 
 /// The activity counts after the epoch moves from `old` to `new` (`new >
@@ -516,7 +535,8 @@ pub fn mult_cap(active_last: u64, active_now: u64) -> u64 {
 
 /// True when raising the multiplier `mult_q16` would only idle the link
 /// further, among at most [`JOIN_MAX_FLOWS`] `active` flows: most of the
-/// share's flows are committed (`2b >= m`: they are sending, not paused
+/// share's flows are committed (`2b >= m`, `b` their weight in Q16,
+/// [`crate::committed`]: they are sending, not paused
 /// together; `b` scaled by `floor_q16` to the tin's capacity,
 /// [`crate::tins::TinView::scale_factors`]), and yet they, each departing at
 /// `C/m`, and the traffic passed unpaced since the last epoch change
@@ -543,7 +563,7 @@ pub fn mult_cap(active_last: u64, active_now: u64) -> u64 {
 #[inline(always)]
 pub fn raise_would_idle(
     mult_q16: u64,
-    committed: u64,
+    committed_q16: u64,
     unpaced_ns: u64,
     active: u64,
     capacity_ns: u64,
@@ -560,10 +580,10 @@ pub fn raise_would_idle(
     } else {
         capacity_ns
     };
-    // committed is at most the flow table's size (below 2^31) and the
+    // committed is below 2^40 (the flow table's size in weights) and the
     // factor at most 64 (2^22): no overflow; m < 2^32 and capacity <= 2^23.
-    let b = committed << 16;
-    let b_scaled = (committed * floor_q16.min(1 << 22)) >> 16 << 16;
+    let b = committed_q16;
+    let b_scaled = (committed_q16 * floor_q16.min(1 << 22)) >> 32 << 16;
     active <= JOIN_MAX_FLOWS
         && 2 * b_scaled >= mult_q16
         && b + ((mult_q16 * unpaced) >> EPOCH_SHIFT) < (mult_q16 * capacity) >> EPOCH_SHIFT
@@ -581,6 +601,66 @@ pub fn bound_mult(m_q16: u64, cap_q16: u64, floor_q16: u64) -> u64 {
     if m < floor { floor } else { m }
 }
 
+/// What the water level is kept over, for the epoch roll.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Level {
+    /// The least multiplier: 1.0 over flows (no flow is paced faster than
+    /// the rate). Over hosts a flow is paced at `m` times its host's bulk
+    /// flows ([`crate::hosts`]), and `m` goes below 1.0 when a host's
+    /// flows leave part of its share unused.
+    pub mult_min_q16: u64,
+    /// Floor the multiplier by the committed flows *and* the traffic passed
+    /// unpaced ([`unpaced_floor`]).
+    pub unpaced_floor: bool,
+}
+
+impl Level {
+    /// The water level over flows.
+    pub const FLOWS: Level = Level {
+        mult_min_q16: MULT_ONE,
+        unpaced_floor: false,
+    };
+    /// The water level over hosts.
+    pub const HOSTS: Level = Level {
+        mult_min_q16: MULT_ONE / crate::hosts::HOST_FLOWS_MAX,
+        unpaced_floor: true,
+    };
+}
+
+/// The most of an epoch the traffic passed unpaced is taken to fill in
+/// [`unpaced_floor`], in 64ths: three quarters, so the floor at most
+/// quadruples.
+const UNPACED_MOST_64THS: u64 = 48;
+
+/// The committed flows' floor `b` (Q16) raised to what they may take
+/// beside the traffic passed unpaced since the last epoch change
+/// (`unpaced_ns` of transmission time at the aggregate rate): with `u` the
+/// fraction of the epoch that traffic filled, `b / (1 - u)`, by the
+/// reciprocals' table (`u` rounded down to 64ths, at most
+/// three quarters), so nothing divides.
+///
+/// Why: a flow below its share passes unpaced, and the committed flows fill
+/// `C/m` each whatever it sends. With few units (two hosts), one TCP sender
+/// returning from a reduction while the feedback had lowered `m` for it
+/// takes the link over the rate until the feedback catches up
+/// (`docs/pacer.md`, "Host isolation", has the measurements). Over flows
+/// it is not applied ([`Level::FLOWS`]).
+#[inline(always)]
+pub fn unpaced_floor(floor_q16: u64, unpaced_ns: u64) -> u64 {
+    // Cannot truncate below 64: the shift leaves at most 2 × 64.
+    let u = (unpaced_ns >> (EPOCH_SHIFT - 6)).min(UNPACED_MOST_64THS);
+    let Some(&recip) = RECIPROCAL_Q16.get((64 - u) as usize) else {
+        return floor_q16;
+    };
+    // floor < 2^40 (weights) and 64 × 1/16 in Q16 < 2^17: the product fits.
+    let floor = if floor_q16 > 1 << 40 {
+        1 << 40
+    } else {
+        floor_q16
+    };
+    (floor * 64 * u64::from(recip)) >> 16
+}
+
 /// True when the epoch change from `old` to `new` ends an activity window
 /// ([`ACTIVE_WINDOW_SHIFT`]).
 #[inline(always)]
@@ -595,12 +675,7 @@ pub fn window_ends(old: u64, new: u64) -> bool {
 /// counted.
 #[inline(always)]
 pub fn count_backlogged(flow: &mut FlowEntry, epoch: u64) -> bool {
-    let mark = (epoch as u32).wrapping_add(1).max(1);
-    if flow.backlog_epoch == mark {
-        return false;
-    }
-    flow.backlog_epoch = mark;
-    true
+    mark_once(&mut flow.backlog_epoch, epoch)
 }
 
 /// The reference count of backlogged flows (Q8) after one more finished

@@ -23,7 +23,7 @@
 //! `flow_table_full` counter says so.
 //!
 //! Units: nanoseconds of CLOCK_MONOTONIC. Non-goals: exact keys (the tag is a
-//! hash), host fairness (CAKE's triple-isolate).
+//! hash); hosts, whose state is apart ([`crate::hosts`]).
 
 use crate::codel::CodelState;
 
@@ -40,13 +40,32 @@ pub const DEFAULT_FLOW_IDLE_NS: u64 = 2_000_000_000;
 /// Not-ECT packets are retransmissions or control (RFC 3168, 6.1.5).
 pub const FLOW_ECN: u32 = 1;
 
+/// [`FlowEntry::flags`]: the bits above this hold the host count a flow
+/// joined the committed count with, under host isolation
+/// ([`crate::hosts`]); 0 without.
+pub const FLOW_COUNTED_SHIFT: u32 = 16;
+
+/// The host count in `flags` ([`FLOW_COUNTED_SHIFT`]).
+#[inline(always)]
+pub fn counted_flows(flags: u32) -> u32 {
+    flags >> FLOW_COUNTED_SHIFT
+}
+
+/// `flags` with the host count `n` ([`FLOW_COUNTED_SHIFT`]; `n` below
+/// 2^16).
+#[inline(always)]
+pub fn with_counted_flows(flags: u32, n: u32) -> u32 {
+    (flags & ((1 << FLOW_COUNTED_SHIFT) - 1)) | (n << FLOW_COUNTED_SHIFT)
+}
+
 /// One flow's state: 64 bytes, one cache line.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowEntry {
     /// High bits of the key's hash, never 0; 0 marks an empty way.
     pub tag: u32,
-    /// [`FLOW_ECN`] once the flow sent an ECN-capable packet.
+    /// [`FLOW_ECN`] once the flow sent an ECN-capable packet; above
+    /// [`FLOW_COUNTED_SHIFT`], its host count in the committed count.
     pub flags: u32,
     /// The flow's virtual clock: the earliest departure time of its next
     /// packet.
@@ -58,8 +77,9 @@ pub struct FlowEntry {
     /// Marks the epoch in which the flow was last counted as backlogged
     /// (`crate::fair::count_backlogged`); 0 for never.
     pub backlog_epoch: u32,
-    /// Marks the epoch in which the flow was last counted as active
-    /// (`crate::fair::count_active`); 0 for never.
+    /// Marks the window in which the flow was last counted as active
+    /// (`crate::fair::count_active`); under host isolation, as one of its
+    /// host's bulk flows (`crate::hosts::pace_hosts`). 0 for never.
     pub active_epoch: u32,
 }
 

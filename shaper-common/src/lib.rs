@@ -21,6 +21,7 @@ pub mod event;
 pub mod fair;
 pub mod flow;
 pub mod framing;
+pub mod hosts;
 pub mod observe;
 pub mod police;
 pub mod rate;

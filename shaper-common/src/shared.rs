@@ -13,7 +13,9 @@
 //! does not only idle the link (against the committed flows and the
 //! traffic passed unpaced, which the pacer's step counts), then the
 //! activity windows, the cap and the floor, then the backlogged reference
-//! ([`crate::fair`] has each step).
+//! ([`crate::fair`] has each step). Over hosts ([`Level::HOSTS`],
+//! [`crate::hosts`]) the multiplier's least value is lower and the floor
+//! counts the traffic passed unpaced too.
 //!
 //! Invariants: every loop has a constant length and at most one branch in
 //! its body, and what it carries from pass to pass goes through
@@ -22,16 +24,16 @@
 //! are only loaded, stored, added to (wrapping) and compared-and-swapped;
 //! what a race between CPUs costs is said in [`crate::fair`] and
 //! [`crate::committed`]. Units: nanoseconds of CLOCK_MONOTONIC, epochs,
-//! clock slots, Q16 multipliers.
+//! clock slots, Q16 multipliers and weights.
 //! Non-goals: the per-flow state, which one CPU at a time owns.
 
 use crate::{
     committed::{self, CLOCK_SLOT_SHIFT, CLOCK_SLOTS, SLOTS_PER_EPOCH},
     fair::{
-        CodelClock, EPOCH_RING, EPOCH_SHIFT, FairParams, FairState, MULT_ONE, Packet, Verdict,
-        average_scheduled, backlogged_reference, bound_mult, count_active, count_backlogged,
-        decay_reference, decide, join_mult, mult_cap, raise_would_idle, roll_active,
-        slots_to_clear, update_mult, window_ends,
+        CodelClock, EPOCH_RING, EPOCH_SHIFT, FairParams, FairState, Level, MULT_ONE, Packet,
+        Verdict, average_scheduled, backlogged_reference, bound_mult, count_active,
+        count_backlogged, decay_reference, decide, join_mult, mult_cap, raise_would_idle,
+        roll_active, slots_to_clear, unpaced_floor, update_mult, window_ends,
     },
     flow::FlowEntry,
     police::{LinkState, Policed, n_active, police_link},
@@ -162,13 +164,14 @@ impl Shared for FairState {
 /// they leave it, and publishes its own. With one tin that is the pacer
 /// without tins. `COMMITTED`: keep the committed count and floor the
 /// multiplier with it (the pacer); the policer, whose clocks are virtual,
-/// does not.
+/// does not. `level`: over flows or over hosts ([`Level`]).
 #[inline(always)]
 pub fn roll_epoch<S: Shared, T: TinTable, const COMMITTED: bool>(
     s: &mut S,
     tins: &mut T,
     tin: usize,
     epoch: u64,
+    level: Level,
 ) -> u64 {
     let old = s.load(Field::Epoch);
     if epoch <= old || !s.compare_exchange(Field::Epoch, old, epoch) {
@@ -203,7 +206,7 @@ pub fn roll_epoch<S: Shared, T: TinTable, const COMMITTED: bool>(
             // Cannot truncate: the remainder is below EPOCH_RING.
             let slot = Field::Scheduled(((old + j) % ring) as usize);
             avg = s.opaque(average_scheduled(avg, s.load(slot)));
-            m = s.opaque(update_mult(m, tin_input(avg, &view)));
+            m = s.opaque(update_mult(m, tin_input(avg, &view), level.mult_min_q16));
             reference = s.opaque(decay_reference(reference));
             s.store(slot, 0);
         }
@@ -231,8 +234,10 @@ pub fn roll_epoch<S: Shared, T: TinTable, const COMMITTED: bool>(
     // subtraction so that what other CPUs add meanwhile counts in the next.
     // A raise of the feedback's multiplier that would only idle the link
     // further does not stand (`raise_would_idle`).
+    let mut unpaced_ns = 0;
     if COMMITTED {
         let unpaced = s.load(Field::Unpaced);
+        unpaced_ns = unpaced;
         s.add(Field::Unpaced, unpaced.wrapping_neg());
         let flows = if active > last { active } else { last };
         if m > m_before
@@ -250,8 +255,13 @@ pub fn roll_epoch<S: Shared, T: TinTable, const COMMITTED: bool>(
     }
     let cap = scale_mult(mult_cap(last, active), cap_scale);
     s.store(Field::MultFeedback, if m > cap { cap } else { m });
-    // committed is at most the flow table's size: no overflow.
-    let m = bound_mult(m, cap, scale_mult(committed << 16, floor_scale));
+    let floor = scale_mult(committed, floor_scale);
+    let floor = if level.unpaced_floor {
+        unpaced_floor(floor, unpaced_ns)
+    } else {
+        floor
+    };
+    let m = bound_mult(m, cap, floor);
     s.store(Field::ScheduledAvg, avg);
     s.store(Field::Mult, m);
     s.store(Field::CapScale, cap_scale);
@@ -304,19 +314,32 @@ pub fn roll_committed<S: Shared>(s: &mut S, now_slot: u64, recount: bool) -> u64
 }
 
 /// Moves a flow whose clock went from `old_ns` to `new_ns` in the
-/// committed count ([`committed::clock_move`]).
+/// committed count ([`committed::clock_move`]): it leaves with the weight
+/// it was counted with, `old_weight`, and joins with `new_weight` (both
+/// [`committed::WEIGHT_ONE`] without host isolation). True when it joined
+/// a slot, i.e. is now counted with `new_weight`.
 #[inline(always)]
-pub fn move_clock<S: Shared>(s: &mut S, old_ns: u64, new_ns: u64) {
+pub fn move_clock<S: Shared>(
+    s: &mut S,
+    old_ns: u64,
+    new_ns: u64,
+    old_weight: u64,
+    new_weight: u64,
+) -> bool {
     let mv = committed::clock_move(old_ns, new_ns, s.load(Field::ClockSlot));
+    let mut delta = 0u64;
     if mv.leave < CLOCK_SLOTS {
-        s.add(Field::ClockCount(mv.leave), u64::MAX);
+        s.add(Field::ClockCount(mv.leave), old_weight.wrapping_neg());
+        delta = delta.wrapping_sub(old_weight);
     }
     if mv.join < CLOCK_SLOTS {
-        s.add(Field::ClockCount(mv.join), 1);
+        s.add(Field::ClockCount(mv.join), new_weight);
+        delta = delta.wrapping_add(new_weight);
     }
-    if mv.delta != 0 {
-        s.add(Field::Committed, mv.delta);
+    if delta != 0 {
+        s.add(Field::Committed, delta);
     }
+    mv.join < CLOCK_SLOTS
 }
 
 /// The fair pacer's step for one packet of `flow` once the epoch is rolled
@@ -339,7 +362,8 @@ pub fn pace<S: Shared, const COMMITTED: bool>(
     let clock_before = flow.t_next_ns;
     let verdict = decide(flow, pkt, mult_q16, p, CodelClock::Departure);
     if COMMITTED && flow.t_next_ns != clock_before {
-        move_clock(s, clock_before, flow.t_next_ns);
+        let w = committed::WEIGHT_ONE;
+        move_clock(s, clock_before, flow.t_next_ns, w, w);
     }
     if COMMITTED && verdict == Verdict::Pass {
         s.add(Field::Unpaced, pkt.tx_ns);
@@ -418,6 +442,7 @@ pub fn account<S: Shared>(s: &mut S, epoch: u64, tx_ns: u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::committed::WEIGHT_ONE;
     use crate::tins::TinState;
 
     const S: u64 = 1 << CLOCK_SLOT_SHIFT;
@@ -439,21 +464,39 @@ mod tests {
         let rolled = 1_000;
         let mut st = at_slot(rolled);
         // A new flow's clock set 3 slots ahead.
-        move_clock(&mut st, 0, (rolled + 3) * S + 5);
-        assert_eq!(st.committed, 1);
+        move_clock(&mut st, 0, (rolled + 3) * S + 5, WEIGHT_ONE, WEIGHT_ONE);
+        assert_eq!(st.committed, WEIGHT_ONE);
         // It moves within the slot, then on: still one.
-        move_clock(&mut st, (rolled + 3) * S + 5, (rolled + 3) * S + 9);
-        move_clock(&mut st, (rolled + 3) * S + 9, (rolled + 11) * S);
-        assert_eq!((st.committed, ring_sum(&st)), (1, 1));
+        move_clock(
+            &mut st,
+            (rolled + 3) * S + 5,
+            (rolled + 3) * S + 9,
+            WEIGHT_ONE,
+            WEIGHT_ONE,
+        );
+        move_clock(
+            &mut st,
+            (rolled + 3) * S + 9,
+            (rolled + 11) * S,
+            WEIGHT_ONE,
+            WEIGHT_ONE,
+        );
+        assert_eq!((st.committed, ring_sum(&st)), (WEIGHT_ONE, WEIGHT_ONE));
         // An epoch on, its slot is still ahead; the next epoch passes it.
         let e = SLOTS_PER_EPOCH;
         assert!(e < 11 && 11 <= 2 * e);
-        assert_eq!(roll_committed(&mut st, rolled + e, false), 1);
+        assert_eq!(roll_committed(&mut st, rolled + e, false), WEIGHT_ONE);
         assert_eq!(roll_committed(&mut st, rolled + 2 * e, true), 0);
         assert_eq!(ring_sum(&st), 0);
         // A packet then sets the expired clock anew: it joins again.
-        move_clock(&mut st, (rolled + 11) * S, (rolled + 2 * e + 2) * S);
-        assert_eq!(st.committed, 1);
+        move_clock(
+            &mut st,
+            (rolled + 11) * S,
+            (rolled + 2 * e + 2) * S,
+            WEIGHT_ONE,
+            WEIGHT_ONE,
+        );
+        assert_eq!(st.committed, WEIGHT_ONE);
     }
 
     #[test]
@@ -471,9 +514,12 @@ mod tests {
     fn a_long_gap_empties_the_whole_ring() {
         let mut st = at_slot(10);
         for k in 1..=100 {
-            move_clock(&mut st, 0, (10 + k * 5) * S);
+            move_clock(&mut st, 0, (10 + k * 5) * S, WEIGHT_ONE, WEIGHT_ONE);
         }
-        assert_eq!((st.committed, ring_sum(&st)), (100, 100));
+        assert_eq!(
+            (st.committed, ring_sum(&st)),
+            (100 * WEIGHT_ONE, 100 * WEIGHT_ONE)
+        );
         assert_eq!(
             roll_committed(&mut st, 10 + 100 * CLOCK_SLOTS as u64, true),
             0
@@ -490,15 +536,15 @@ mod tests {
         };
         // An epoch this caller did not see first, or an older one.
         assert_eq!(
-            roll_epoch::<_, _, true>(&mut st, &mut TinState::default(), 0, 9),
+            roll_epoch::<_, _, true>(&mut st, &mut TinState::default(), 0, 9, Level::FLOWS),
             3 << 16
         );
         assert_eq!(
-            roll_epoch::<_, _, true>(&mut st, &mut TinState::default(), 0, 4),
+            roll_epoch::<_, _, true>(&mut st, &mut TinState::default(), 0, 4, Level::FLOWS),
             3 << 16
         );
         assert_eq!(st.updates, 0);
-        roll_epoch::<_, _, true>(&mut st, &mut TinState::default(), 0, 10);
+        roll_epoch::<_, _, true>(&mut st, &mut TinState::default(), 0, 10, Level::FLOWS);
         assert_eq!((st.epoch, st.updates), (10, 1));
     }
 }

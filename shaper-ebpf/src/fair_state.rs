@@ -13,7 +13,7 @@ use aya_ebpf::helpers::bpf_ktime_get_ns;
 use shaper_common::{
     committed::CLOCK_SLOTS,
     config::PacerConfig,
-    fair::{EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState},
+    fair::{EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, Level},
     shared::{Field, Shared, roll_epoch},
     tins::{MAX_TINS, TinState, TinTable},
 };
@@ -82,6 +82,7 @@ pub(crate) fn roll<T: TinTable, const COMMITTED: bool>(
         &mut tins,
         tin,
         epoch,
+        Level::FLOWS,
     ));
     Rolled {
         state,

@@ -89,6 +89,7 @@ fn aggregate_bound_when_a_flow_joins() {
             start_ns: 5 * SEC,
             stop_ns: Some(12 * SEC),
             tin: 0,
+            hosts: (0, 0),
         });
     check_bound(&[("4 bulk + ping + join 5-12 s", &join)]);
 }
@@ -209,6 +210,7 @@ fn work_conserving_alone_and_after_others_stop() {
                 start_ns: 0,
                 stop_ns: (rtt != 10).then_some(10 * SEC),
                 tin: 0,
+                hosts: (0, 0),
             });
         }
         let r = sim(&sc);

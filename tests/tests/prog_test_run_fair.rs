@@ -12,7 +12,8 @@ use shaper_common::{
     committed::{self, CLOCK_SLOT_SHIFT},
     counters::Counter,
     fair::{
-        EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, MULT_ONE, average_scheduled, update_mult,
+        EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, Level, MULT_ONE, average_scheduled,
+        update_mult,
     },
     flow::{FlowSet, WAYS},
     shared::roll_epoch,
@@ -288,7 +289,7 @@ fn roll_with_one_packet(
 }
 
 /// Rolls the epoch with one packet, as [`roll_with_one_packet`], with `n`
-/// committed flows whose clocks lie `slots_ahead` clock slots past the
+/// committed flows (each of weight [`committed::WEIGHT_ONE`]) whose clocks lie `slots_ahead` clock slots past the
 /// start of the epoch before now; returns the multiplier after the roll in
 /// the kernel and in the library.
 fn roll_with_committed(n: u64, slots_ahead: u64) -> (u64, u64) {
@@ -302,17 +303,23 @@ fn roll_with_committed(n: u64, slots_ahead: u64) -> (u64, u64) {
             // Eight flows in this window: the cap (9) is above the floor.
             active_now: 8,
             clock_slot: rolled,
-            committed: n,
+            committed: n * committed::WEIGHT_ONE,
             ..FairState::default()
         };
         // The finished epoch was full, so the feedback alone keeps m at 1.
         state.scheduled_ns[((now_epoch - 1) % EPOCH_RING as u64) as usize] = EPOCH_NS;
-        state.clock_counts[committed::slot_index(rolled + slots_ahead)] = n;
+        state.clock_counts[committed::slot_index(rolled + slots_ahead)] = n * committed::WEIGHT_ONE;
         h.fair.set(0, state, 0).expect("write SHAPER_FAIR");
         h.run(&udp4_ecn(1000, 0).bytes, None);
         let after = h.fair.get(&0, 0).expect("read");
         let mut library = state;
-        roll_epoch::<_, _, true>(&mut library, &mut TinState::default(), 0, now_epoch);
+        roll_epoch::<_, _, true>(
+            &mut library,
+            &mut TinState::default(),
+            0,
+            now_epoch,
+            Level::FLOWS,
+        );
         (after.epoch == now_epoch).then_some((after.mult_q16, library.mult_q16))
     })
 }
@@ -370,13 +377,19 @@ fn an_overfull_epoch_raises_the_multiplier_once() {
     // The epoch just finished carried 1.5 epochs of transmission time.
     let (h, now_epoch, before, after) = roll_with_one_packet(state, EPOCH_NS * 3 / 2);
     let mut library = before;
-    roll_epoch::<_, _, true>(&mut library, &mut TinState::default(), 0, now_epoch);
+    roll_epoch::<_, _, true>(
+        &mut library,
+        &mut TinState::default(),
+        0,
+        now_epoch,
+        Level::FLOWS,
+    );
     assert_eq!(after.updates, 1);
     // The kernel ran the same update as the library: average 1.125 epochs,
     // so m grows by exp(1/32), about 3.2%.
     let avg = average_scheduled(EPOCH_NS, EPOCH_NS * 3 / 2);
     assert_eq!(after.scheduled_avg_ns, avg);
-    assert_eq!(after.mult_q16, update_mult(2 * MULT_ONE, avg));
+    assert_eq!(after.mult_q16, update_mult(2 * MULT_ONE, avg, MULT_ONE));
     assert_eq!(after.mult_q16, 135_232);
     assert_eq!(after.mult_q16, library.mult_q16);
     assert_eq!(
@@ -588,7 +601,13 @@ fn the_classifier_and_the_shared_steps_agree_packet_by_packet() {
         assert_eq!(records.len(), 1, "packet {i}: records {records:?}");
         let now_ns = records[0].ts_ns;
         let epoch = now_ns >> EPOCH_SHIFT;
-        let mult_q16 = roll_epoch::<_, _, true>(&mut library, &mut TinState::default(), 0, epoch);
+        let mult_q16 = roll_epoch::<_, _, true>(
+            &mut library,
+            &mut TinState::default(),
+            0,
+            epoch,
+            Level::FLOWS,
+        );
         let flow = flows
             .entry(sport)
             .or_insert_with(|| FlowEntry::fresh(1, now_ns));

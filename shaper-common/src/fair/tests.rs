@@ -2,10 +2,17 @@
 //! the steps together.
 
 use super::*;
+use crate::committed::WEIGHT_ONE;
 
 /// The epoch roll on a private copy, the pacer's (committed count kept).
 fn roll_epoch(s: &mut FairState, epoch: u64) {
-    crate::shared::roll_epoch::<_, _, true>(s, &mut crate::tins::TinState::default(), 0, epoch);
+    crate::shared::roll_epoch::<_, _, true>(
+        s,
+        &mut crate::tins::TinState::default(),
+        0,
+        epoch,
+        Level::FLOWS,
+    );
 }
 
 const P: FairParams = FairParams {
@@ -190,22 +197,25 @@ fn a_flow_an_interval_behind_is_signalled_on_every_packet() {
 #[test]
 fn mult_follows_the_ratio_of_scheduled_time_to_capacity() {
     // Exactly full: unchanged.
-    assert_eq!(update_mult(4 * MULT_ONE, EPOCH_NS), 4 * MULT_ONE);
+    assert_eq!(update_mult(4 * MULT_ONE, EPOCH_NS, MULT_ONE), 4 * MULT_ONE);
     // 25% over: x exp(1/16) ~ 1.0645 (1 + 1/16 + 1/512).
-    let m = update_mult(4 * MULT_ONE, EPOCH_NS * 5 / 4) as f64 / MULT_ONE as f64;
+    let m = update_mult(4 * MULT_ONE, EPOCH_NS * 5 / 4, MULT_ONE) as f64 / MULT_ONE as f64;
     assert!((m - 4.0 * 1.064_453).abs() < 0.001, "{m}");
     // Half full: x exp(-1/8) ~ 0.8828 (1 - 1/8 + 1/128).
-    let m = update_mult(4 * MULT_ONE, EPOCH_NS / 2) as f64 / MULT_ONE as f64;
+    let m = update_mult(4 * MULT_ONE, EPOCH_NS / 2, MULT_ONE) as f64 / MULT_ONE as f64;
     assert!((m - 4.0 * 0.882_812_5).abs() < 0.001, "{m}");
     // Idle: clamped ratio, then floored at 1.0.
-    assert_eq!(update_mult(MULT_ONE, 0), MULT_ONE);
+    assert_eq!(update_mult(MULT_ONE, 0, MULT_ONE), MULT_ONE);
     // Ten times over: the ratio is clamped to 2: x (1 + 1/4 + 1/32).
     assert_eq!(
-        update_mult(2 * MULT_ONE, 10 * EPOCH_NS),
+        update_mult(2 * MULT_ONE, 10 * EPOCH_NS, MULT_ONE),
         2 * MULT_ONE * 41 / 32
     );
     // Never reaches MULT_MAX.
-    assert_eq!(update_mult(MULT_MAX - 1, 10 * EPOCH_NS), MULT_MAX - 1);
+    assert_eq!(
+        update_mult(MULT_MAX - 1, 10 * EPOCH_NS, MULT_ONE),
+        MULT_MAX - 1
+    );
 }
 
 #[test]
@@ -395,20 +405,55 @@ fn roll_epoch_measures_the_finished_epoch_and_clears_past_slots() {
 fn a_raise_that_would_only_idle_the_link_does_not_stand() {
     let m = 4 * MULT_ONE + MULT_ONE / 2;
     // Four committed flows at m = 4 fill the link: a raise may stand.
-    assert!(!raise_would_idle(4 * MULT_ONE, 4, 0, 5, EPOCH_NS, MULT_ONE));
+    assert!(!raise_would_idle(
+        4 * MULT_ONE,
+        4 * WEIGHT_ONE,
+        0,
+        5,
+        EPOCH_NS,
+        MULT_ONE
+    ));
     // At m = 4.5 they leave a ninth of it idle ...
-    assert!(raise_would_idle(m, 4, 0, 5, EPOCH_NS, MULT_ONE));
-    assert!(raise_would_idle(m, 4, EPOCH_NS / 10, 5, EPOCH_NS, MULT_ONE));
+    assert!(raise_would_idle(
+        m,
+        4 * WEIGHT_ONE,
+        0,
+        5,
+        EPOCH_NS,
+        MULT_ONE
+    ));
+    assert!(raise_would_idle(
+        m,
+        4 * WEIGHT_ONE,
+        EPOCH_NS / 10,
+        5,
+        EPOCH_NS,
+        MULT_ONE
+    ));
     // ... unless the traffic passed unpaced fills it.
-    assert!(!raise_would_idle(m, 4, EPOCH_NS / 8, 5, EPOCH_NS, MULT_ONE));
+    assert!(!raise_would_idle(
+        m,
+        4 * WEIGHT_ONE,
+        EPOCH_NS / 8,
+        5,
+        EPOCH_NS,
+        MULT_ONE
+    ));
     // Fewer than half of m committed: flows paused together, no hold.
-    assert!(!raise_would_idle(m, 2, 0, 5, EPOCH_NS, MULT_ONE));
+    assert!(!raise_would_idle(
+        m,
+        2 * WEIGHT_ONE,
+        0,
+        5,
+        EPOCH_NS,
+        MULT_ONE
+    ));
     assert!(!raise_would_idle(MULT_ONE, 0, 0, 5, EPOCH_NS, MULT_ONE));
     // Among more flows than the join rule acts among, the feedback alone
     // raises the share for newcomers: no hold.
     assert!(!raise_would_idle(
         m,
-        4,
+        4 * WEIGHT_ONE,
         0,
         JOIN_MAX_FLOWS + 1,
         EPOCH_NS,
@@ -416,7 +461,7 @@ fn a_raise_that_would_only_idle_the_link_does_not_stand() {
     ));
     assert!(raise_would_idle(
         m,
-        4,
+        4 * WEIGHT_ONE,
         0,
         JOIN_MAX_FLOWS,
         EPOCH_NS,
@@ -425,7 +470,7 @@ fn a_raise_that_would_only_idle_the_link_does_not_stand() {
     // The extremes neither overflow nor hold.
     assert!(!raise_would_idle(
         MULT_MAX - 1,
-        1 << 31,
+        1 << 47,
         u64::MAX,
         5,
         EPOCH_NS,
@@ -443,15 +488,15 @@ fn a_raise_that_would_only_idle_the_link_does_not_stand() {
         mult_feedback_q16: m,
         scheduled_avg_ns: 2 * EPOCH_NS,
         clock_slot: slot,
-        committed: 4,
+        committed: 4 * WEIGHT_ONE,
         active_now: 5,
         ..FairState::default()
     };
-    st.clock_counts[committed::slot_index(slot + 3 * committed::SLOTS_PER_EPOCH)] = 4;
+    st.clock_counts[committed::slot_index(slot + 3 * committed::SLOTS_PER_EPOCH)] = 4 * WEIGHT_ONE;
     st.scheduled_ns[(e % EPOCH_RING as u64) as usize] = 2 * EPOCH_NS;
     let mut filled = st;
     roll_epoch(&mut st, e + 1);
-    assert_eq!(st.committed, 4);
+    assert_eq!(st.committed, 4 * WEIGHT_ONE);
     assert_eq!((st.mult_feedback_q16, st.mult_q16), (m, m));
     // The same with an eighth of the epoch passed unpaced: the link is
     // full at 4.5, and the raise (x 1.28, under the cap of 6) stands; the
@@ -479,6 +524,27 @@ fn the_pacer_counts_the_time_it_passes_unpaced() {
     ));
     assert_eq!(st.unpaced_ns, 1_000);
     // The policer's roll keeps no committed count and leaves it alone.
-    crate::shared::roll_epoch::<_, _, false>(&mut st, &mut crate::tins::TinState::default(), 0, 1);
+    crate::shared::roll_epoch::<_, _, false>(
+        &mut st,
+        &mut crate::tins::TinState::default(),
+        0,
+        1,
+        Level::FLOWS,
+    );
     assert_eq!(st.unpaced_ns, 1_000);
+}
+
+#[test]
+fn the_unpaced_floor_leaves_the_committed_what_the_unpaced_traffic_leaves() {
+    let w = crate::committed::WEIGHT_ONE;
+    assert_eq!(unpaced_floor(4 * w, 0), 4 * w);
+    // Half the epoch unpaced: twice the floor.
+    assert_eq!(unpaced_floor(4 * w, EPOCH_NS / 2), 8 * w);
+    // Three quarters or more: four times, at most.
+    assert_eq!(unpaced_floor(4 * w, 3 * EPOCH_NS / 4), 16 * w);
+    assert_eq!(unpaced_floor(4 * w, 10 * EPOCH_NS), 16 * w);
+    // Rounded down to 64ths: a little unpaced time does not lift it.
+    assert_eq!(unpaced_floor(w, EPOCH_NS / 100), w);
+    // The extremes do not overflow.
+    assert_eq!(unpaced_floor(u64::MAX, u64::MAX), 4 << 40);
 }

@@ -9,10 +9,13 @@
 //! function of the scenario alone.
 
 use std::cmp::Ordering;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
-use shaper_common::fair::{EPOCH_SHIFT, FairState, Packet, Verdict, departure_slot};
+use shaper_common::fair::{
+    EPOCH_SHIFT, FairParams, FairState, Level, Packet, Verdict, departure_slot,
+};
 use shaper_common::flow::FlowEntry;
+use shaper_common::hosts::{HostEntry, HostLevels, Side, pace_hosts};
 use shaper_common::rate::ScaledRate;
 use shaper_common::shared::{account, pace, roll_epoch};
 use shaper_common::tins::{MAX_TINS, TinState};
@@ -105,6 +108,8 @@ struct FlowRt {
     entry: FlowEntry,
     /// The tin its packets are in.
     tin: usize,
+    /// Its source and destination hosts.
+    hosts: (u32, u32),
     aimd: Aimd,
     /// Packets sent so far (the next packet's number).
     sent: u64,
@@ -133,6 +138,15 @@ struct Sim<'a> {
     upstream_free_ns: u64,
     /// Police mode: the policer's link state.
     police_link: shaper_common::police::LinkState,
+    /// Each tin's host states, when the scenario isolates hosts.
+    hosts: Vec<Hosts>,
+}
+
+/// One tin's hosts, by number, as sources and as destinations.
+#[derive(Default)]
+struct Hosts {
+    src: BTreeMap<u32, HostEntry>,
+    dst: BTreeMap<u32, HostEntry>,
 }
 
 /// Runs `sc` to its end and returns what happened. Deterministic: the same
@@ -143,6 +157,9 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
     })?;
     for (i, f) in sc.flows.iter().enumerate() {
         validate(i, &f.source)?;
+    }
+    if sc.isolation.levels(true).is_some() && sc.mode != Mode::Pace {
+        return Err(SimError::IsolationPoliced(sc.isolation.keyword()));
     }
     let mut sim = Sim {
         sc,
@@ -157,6 +174,7 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
         mult_trace: Vec::new(),
         upstream_free_ns: 0,
         police_link: Default::default(),
+        hosts: (0..MAX_TINS).map(|_| Hosts::default()).collect(),
     };
     for (i, f) in sc.flows.iter().enumerate() {
         sim.flows.push(FlowRt {
@@ -165,6 +183,7 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
             stop_ns: f.stop_ns.unwrap_or(u64::MAX),
             entry: FlowEntry::fresh(i as u32 + 1, 0),
             tin: f.tin.min(sc.diffserv.tins() - 1),
+            hosts: f.hosts,
             aimd: Aimd {
                 cwnd: INITIAL_WINDOW,
                 ssthresh: f64::INFINITY,
@@ -198,6 +217,40 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
         sim.handle(ev);
     }
     Ok(sim.finish())
+}
+
+/// The pacer's step over hosts for one packet ([`pace_hosts`]).
+struct HostStep<'a> {
+    pkt: &'a Packet,
+    epoch: u64,
+    mult_q16: u64,
+    params: &'a FairParams,
+    committed: bool,
+}
+
+impl HostStep<'_> {
+    fn run(
+        &self,
+        fair: &mut FairState,
+        flow: &mut FlowEntry,
+        hosts: &mut Hosts,
+        (src, dst): (u32, u32),
+        levels: HostLevels,
+    ) -> Verdict {
+        let src = hosts.src.entry(src).or_default();
+        let dst = hosts.dst.entry(dst).or_default();
+        let (unit, other) = match levels.unit {
+            Side::Src => (src, dst),
+            Side::Dst => (dst, src),
+        };
+        let peer = levels.peer.map(|_| other);
+        let (pkt, e, m, p) = (self.pkt, self.epoch, self.mult_q16, self.params);
+        if self.committed {
+            pace_hosts::<_, true>(fair, flow, unit, peer, pkt, e, m, p)
+        } else {
+            pace_hosts::<_, false>(fair, flow, unit, peer, pkt, e, m, p)
+        }
+    }
 }
 
 fn validate(flow: usize, s: &Source) -> Result<(), SimError> {
@@ -345,10 +398,14 @@ impl Sim<'_> {
         let tin = self.flows[i].tin;
         let fair = &mut self.fairs[tin];
         if epoch > fair.epoch {
+            let level = match self.sc.isolation.levels(true) {
+                Some(_) => Level::HOSTS,
+                None => Level::FLOWS,
+            };
             if self.sc.committed_floor {
-                roll_epoch::<_, _, true>(fair, &mut self.tins, tin, epoch);
+                roll_epoch::<_, _, true>(fair, &mut self.tins, tin, epoch, level);
             } else {
-                roll_epoch::<_, _, false>(fair, &mut self.tins, tin, epoch);
+                roll_epoch::<_, _, false>(fair, &mut self.tins, tin, epoch, level);
             }
             if tin == 0 {
                 self.mult_trace.push((now, fair.mult_q16));
@@ -366,10 +423,21 @@ impl Sim<'_> {
         let f = &mut self.flows[i];
         let seq = f.sent;
         f.sent += 1;
-        let verdict = if self.sc.committed_floor {
-            pace::<_, true>(fair, &mut f.entry, &pkt, epoch, mult, &params)
-        } else {
-            pace::<_, false>(fair, &mut f.entry, &pkt, epoch, mult, &params)
+        let verdict = match self.sc.isolation.levels(true) {
+            Some(levels) => {
+                let step = HostStep {
+                    pkt: &pkt,
+                    epoch,
+                    mult_q16: mult,
+                    params: &params,
+                    committed: self.sc.committed_floor,
+                };
+                step.run(fair, &mut f.entry, &mut self.hosts[tin], f.hosts, levels)
+            }
+            None if self.sc.committed_floor => {
+                pace::<_, true>(fair, &mut f.entry, &pkt, epoch, mult, &params)
+            }
+            None => pace::<_, false>(fair, &mut f.entry, &pkt, epoch, mult, &params),
         };
         let v = &mut f.report.verdicts;
         match verdict {

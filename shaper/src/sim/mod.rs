@@ -17,7 +17,11 @@
 //!   ([`police_step`](shaper_common::shared::police_step)). Transmission
 //!   times come from
 //!   [`ScaledRate::tx_time_ns`](shaper_common::rate::ScaledRate::tx_time_ns).
-//!   Every simulated flow has its own `FlowEntry`.
+//!   Every simulated flow has its own `FlowEntry`. Under host isolation
+//!   ([`Scenario::isolation`]) the step is
+//!   [`pace_hosts`](shaper_common::hosts::pace_hosts), each tin keeping
+//!   its hosts by number, as sources and as destinations, and the roll
+//!   keeps the water level over hosts.
 //! - sch_fq after the pacer: a kept packet leaves at its stamped time (or at
 //!   once when passed), at line rate, which is far above the shaped rate;
 //!   a flow's packets leave in order (a packet never leaves before an earlier
@@ -56,6 +60,7 @@ pub use report::{Departure, Excess, FlowReport, SimReport, VerdictCounts, jain_i
 use shaper_common::codel::CodelParams;
 use shaper_common::config::{DEFAULT_HORIZON_NS, DEFAULT_INTERVAL_NS, DEFAULT_TARGET_NS};
 use shaper_common::fair::FairParams;
+use shaper_common::hosts::Isolation;
 use shaper_common::tins::Diffserv;
 
 /// One nanosecond-denominated millisecond.
@@ -139,22 +144,34 @@ pub struct FlowSpec {
     /// The tin its packets are in ([`Scenario::diffserv`]'s; 0, best
     /// effort, for a scenario without tins).
     pub tin: usize,
+    /// The hosts it runs between, by number: `(source, destination)`;
+    /// only [`Scenario::isolation`] reads them.
+    pub hosts: (u32, u32),
 }
 
 impl FlowSpec {
-    /// A flow active for the whole run.
+    /// A flow active for the whole run, from host 0 to host 0.
     pub fn always(source: Source) -> Self {
         Self {
             source,
             start_ns: 0,
             stop_ns: None,
             tin: 0,
+            hosts: (0, 0),
         }
     }
 
     /// This flow in tin `tin`.
     pub fn in_tin(self, tin: usize) -> Self {
         Self { tin, ..self }
+    }
+
+    /// This flow from host `src` to host `dst`.
+    pub fn between(self, src: u32, dst: u32) -> Self {
+        Self {
+            hosts: (src, dst),
+            ..self
+        }
     }
 }
 
@@ -181,6 +198,11 @@ pub struct Scenario {
     pub committed_floor: bool,
     /// The DiffServ mode whose tins the flows are in.
     pub diffserv: Diffserv,
+    /// How hosts are isolated on this (upload) link
+    /// ([`shaper_common::hosts`]); the modes without a host level, which
+    /// only narrow the flow key, run as `flows` (every simulated flow owns
+    /// its entry). Pace mode only.
+    pub isolation: Isolation,
 }
 
 /// Where the pacer's decision acts.
@@ -257,6 +279,7 @@ impl Scenario {
             mode: Mode::Pace,
             committed_floor: true,
             diffserv: Diffserv::Besteffort,
+            isolation: Isolation::Flows,
         }
     }
 
@@ -270,6 +293,9 @@ impl Scenario {
 /// Why a scenario cannot run.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SimError {
+    /// Host isolation is simulated on the pacer only.
+    #[error("host isolation ({0}) is simulated in pace mode only")]
+    IsolationPoliced(&'static str),
     /// The link rate is outside what the pacer accepts.
     #[error("link rate {rate_bytes_per_s} B/s is outside the pacer's range")]
     Rate {

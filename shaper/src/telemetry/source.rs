@@ -108,7 +108,7 @@ mod tests {
             active_now: 3,
             active_last: 2,
             backlogged_ref_q8: 300,
-            committed: 4,
+            committed: 4 * shaper_common::committed::WEIGHT_ONE,
             ..FairState::default()
         };
         let rate = shaper_common::rate::ScaledRate::from_bytes_per_s(1_000_000).expect("rate");

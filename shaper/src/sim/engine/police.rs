@@ -12,6 +12,7 @@
 //! Non-goals: the receiving router's own queue (none: the policer keeps
 //! nothing), GRO, the policer's CPU.
 
+use shaper_common::fair::Level;
 use shaper_common::fair::{EPOCH_SHIFT, Packet, count_active, count_backlogged};
 use shaper_common::police::{Action, DropReason, police};
 use shaper_common::shared::{account, join, police_step, roll_epoch};
@@ -75,7 +76,7 @@ impl Sim<'_> {
     ) {
         let epoch = now >> EPOCH_SHIFT;
         if epoch > self.fairs[0].epoch {
-            roll_epoch::<_, _, false>(&mut self.fairs[0], &mut SoleTin, 0, epoch);
+            roll_epoch::<_, _, false>(&mut self.fairs[0], &mut SoleTin, 0, epoch, Level::FLOWS);
             self.mult_trace.push((now, self.fairs[0].mult_q16));
         }
         let tx_ns = self.rate.tx_time_ns(len);

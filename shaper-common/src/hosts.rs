@@ -1,0 +1,342 @@
+//! Host isolation: hosts share the rate first, then the flows of a host
+//! share what their host gets, with the isolation modes of CAKE (sch_cake.c,
+//! `tc-cake(8)`: `flows`, `srchost`, `dsthost`, `hosts`, `dual-srchost`,
+//! `dual-dsthost`, `triple-isolate`).
+//!
+//! Method: weighted fair pacing, the weights set by the hosts.
+//! - Each flow is paced at the multiplier `m` times its host's *bulk*
+//!   flows `n` ([`flow_mult`]): those paced in the last or the current
+//!   activity window, as CAKE weighs a flow by its host's bulk flow count.
+//!   A flow below its share is never paced, so it does not dilute its host
+//!   (a phone's idle connections do not shrink its call). `n` is a count:
+//!   the step is one more multiplication, never a division.
+//! - The water level ([`crate::fair`]) is kept over hosts: a host counts
+//!   active once per window (the multiplier's cap is the active hosts plus
+//!   one) and backlogged once per epoch (the join rule acts when a host
+//!   joins). A committed flow counts with the weight `1/n`, from a table
+//!   ([`crate::committed`]), so the floor is the committed hosts' share of
+//!   the link, in hosts. With every flow of a host backlogged, `m` settles
+//!   where `sum over hosts of min(r_h, C/m) = C`; when some leave part of
+//!   their host's share unused, `m` falls below 1.0 and the host's other
+//!   flows take it up ([`crate::fair::Level::HOSTS`]).
+//! - With few units, a TCP flow returning from a reduction while `m` was
+//!   lowered for it is unpaced until it reaches its share, and the others
+//!   fill theirs meanwhile: the floor then counts the unpaced traffic too
+//!   ([`crate::fair::unpaced_floor`]).
+//! - `triple-isolate` weighs a flow by the larger of its source's and its
+//!   destination's counts (CAKE's `max(srchost load, dsthost load)`), and
+//!   counts the *unit* side's hosts in the water level: the sources on
+//!   egress (upload, the LAN's devices), the destinations on ingress
+//!   (download).
+//! - `srchost`, `dsthost` and `hosts` have no second level: a flow *is* its
+//!   host (or host pair), so they only narrow the flow key
+//!   ([`Isolation::flow_key`]).
+//!
+//! Invariants: a host's count is within [1, [`HOST_FLOWS_MAX`]]; a lone
+//! flow of a lone host is paced as without isolation; no flow is paced
+//! faster than the rate (its multiplier is at least 1.0); a flow leaves the
+//! committed count with the weight it joined with.
+//!
+//! Units: nanoseconds of CLOCK_MONOTONIC, epochs, Q16 multipliers and
+//! weights.
+//!
+//! Non-goals: weights per host; the NAT lookup that gives a packet its host
+//! (the caller's).
+
+use crate::{
+    committed::WEIGHT_ONE,
+    fair::{
+        ACTIVE_WINDOW_SHIFT, CodelClock, FairParams, MULT_MAX, MULT_ONE, Packet, Verdict, decide,
+        mark_once, period_mark,
+    },
+    flow::{FlowEntry, counted_flows, with_counted_flows},
+    shared::{Field, Shared, join, move_clock},
+};
+
+/// The most bulk flows a host's count holds: beyond, its flows are paced
+/// as if it had this many (a share below 1/1024 of the host's matters
+/// little, and the product with the multiplier stays in range).
+pub const HOST_FLOWS_MAX: u64 = 1024;
+
+/// `1/n` in Q16 for `n` in 1..=[`HOST_FLOWS_MAX`] (index 0 holds 1.0): the
+/// weight of a flow of a host with `n` bulk flows, by table, so the packet
+/// path never divides.
+const WEIGHT_Q16: [u32; HOST_FLOWS_MAX as usize + 1] = {
+    let mut t = [0u32; HOST_FLOWS_MAX as usize + 1];
+    t[0] = 1 << 16;
+    let mut n = 1;
+    while n < t.len() {
+        t[n] = ((1u32 << 16) + n as u32 / 2) / n as u32;
+        n += 1;
+    }
+    t
+};
+
+/// The weight in the committed count of a flow whose host has `n` bulk
+/// flows: `1/n` in Q16 ([`WEIGHT_ONE`] for `n` 0 or 1, the least for `n`
+/// beyond [`HOST_FLOWS_MAX`]).
+#[inline(always)]
+pub fn flow_weight(n: u64) -> u64 {
+    let n = if n > HOST_FLOWS_MAX {
+        HOST_FLOWS_MAX
+    } else {
+        n
+    };
+    // `get` rather than indexing: no panic path for the verifier to reject.
+    WEIGHT_Q16
+        .get(n as usize)
+        .map_or(WEIGHT_ONE, |&w| u64::from(w))
+}
+
+/// How flows are isolated: CAKE's modes, by their keywords.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(u32)]
+pub enum Isolation {
+    /// Flows share equally, whatever their hosts.
+    Flows = 0,
+    /// A flow is its source address.
+    SrcHost = 1,
+    /// A flow is its destination address.
+    DstHost = 2,
+    /// A flow is its address pair.
+    Hosts = 3,
+    /// Source hosts share first, then their flows.
+    DualSrcHost = 4,
+    /// Destination hosts share first, then their flows.
+    DualDstHost = 5,
+    /// Hosts of the link's own side share first (sources on egress,
+    /// destinations on ingress), then flows, each weighed by the busier of
+    /// its two hosts.
+    #[default]
+    TripleIsolate = 6,
+}
+
+/// Which address of a packet names a host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Side {
+    /// The source address (before source NAT, with NAT lookup).
+    Src,
+    /// The destination address (before destination NAT, with NAT lookup).
+    Dst,
+}
+
+/// What identifies a flow in the flow table.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowKey {
+    /// The 5-tuple (addresses, protocol, ports).
+    FiveTuple,
+    /// The source address alone.
+    Src,
+    /// The destination address alone.
+    Dst,
+    /// The address pair.
+    Pair,
+}
+
+/// The hosts a packet's flow is weighed by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HostLevels {
+    /// The host whose share the flow splits; the water level counts it.
+    pub unit: Side,
+    /// Another host whose bulk flows also weigh the flow (triple-isolate).
+    pub peer: Option<Side>,
+}
+
+impl Isolation {
+    /// Every mode with its keyword, in CAKE's order.
+    pub const KEYWORDS: [(&'static str, Isolation); 7] = [
+        ("flows", Isolation::Flows),
+        ("srchost", Isolation::SrcHost),
+        ("dsthost", Isolation::DstHost),
+        ("hosts", Isolation::Hosts),
+        ("dual-srchost", Isolation::DualSrcHost),
+        ("dual-dsthost", Isolation::DualDstHost),
+        ("triple-isolate", Isolation::TripleIsolate),
+    ];
+
+    /// The mode named `word`, as `tc-cake(8)` spells it.
+    pub fn from_keyword(word: &str) -> Option<Self> {
+        Self::KEYWORDS
+            .iter()
+            .find(|(k, _)| *k == word)
+            .map(|&(_, mode)| mode)
+    }
+
+    /// The mode's keyword.
+    pub fn keyword(self) -> &'static str {
+        // Every mode is in the table.
+        Self::KEYWORDS
+            .iter()
+            .find(|(_, mode)| *mode == self)
+            .map_or("flows", |&(k, _)| k)
+    }
+
+    /// The mode stored as `v` (a configuration word); `None` for a value
+    /// no mode has.
+    pub fn from_u32(v: u32) -> Option<Self> {
+        Self::KEYWORDS
+            .iter()
+            .map(|&(_, mode)| mode)
+            .find(|&mode| mode as u32 == v)
+    }
+
+    /// What identifies a flow under this mode.
+    pub fn flow_key(self) -> FlowKey {
+        match self {
+            Isolation::SrcHost => FlowKey::Src,
+            Isolation::DstHost => FlowKey::Dst,
+            Isolation::Hosts => FlowKey::Pair,
+            Isolation::Flows
+            | Isolation::DualSrcHost
+            | Isolation::DualDstHost
+            | Isolation::TripleIsolate => FlowKey::FiveTuple,
+        }
+    }
+
+    /// The hosts a flow is weighed by, on egress (`upload`: the LAN's
+    /// devices are the sources) or on ingress; `None` without a host
+    /// level.
+    pub fn levels(self, upload: bool) -> Option<HostLevels> {
+        let (own, other) = if upload {
+            (Side::Src, Side::Dst)
+        } else {
+            (Side::Dst, Side::Src)
+        };
+        match self {
+            Isolation::DualSrcHost => Some(HostLevels {
+                unit: Side::Src,
+                peer: None,
+            }),
+            Isolation::DualDstHost => Some(HostLevels {
+                unit: Side::Dst,
+                peer: None,
+            }),
+            Isolation::TripleIsolate => Some(HostLevels {
+                unit: own,
+                peer: Some(other),
+            }),
+            Isolation::Flows | Isolation::SrcHost | Isolation::DstHost | Isolation::Hosts => None,
+        }
+    }
+}
+
+/// One host's state: 16 bytes.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct HostEntry {
+    /// The mark of the activity window `bulk_now` counts in
+    /// ([`crate::fair::period_mark`]); 0 for never.
+    pub window: u32,
+    /// The host's flows paced in that window.
+    pub bulk_now: u32,
+    /// Its flows paced in the window before (0 if the host sent nothing
+    /// then).
+    pub bulk_last: u32,
+    /// Marks the epoch in which the host was last counted as backlogged;
+    /// 0 for never.
+    pub backlog_epoch: u32,
+}
+
+const _: () = assert!(core::mem::size_of::<HostEntry>() == 16);
+
+/// Moves `host` to the activity window of `epoch`; true the first time per
+/// window, when the caller counts the host active. The count in progress
+/// becomes the last when the window is the next one, and both restart
+/// after a longer gap.
+#[inline(always)]
+pub fn host_window(host: &mut HostEntry, epoch: u64) -> bool {
+    let window = epoch >> ACTIVE_WINDOW_SHIFT;
+    let next = host.window != 0 && host.window == period_mark(window.wrapping_sub(1));
+    if !mark_once(&mut host.window, window) {
+        return false;
+    }
+    host.bulk_last = if next { host.bulk_now } else { 0 };
+    host.bulk_now = 0;
+    true
+}
+
+/// The host's weight: its bulk flows of the last or the current window,
+/// within [1, [`HOST_FLOWS_MAX`]].
+#[inline(always)]
+pub fn host_flows(host: &HostEntry) -> u64 {
+    let n = u64::from(if host.bulk_now > host.bulk_last {
+        host.bulk_now
+    } else {
+        host.bulk_last
+    });
+    n.clamp(1, HOST_FLOWS_MAX)
+}
+
+/// The multiplier a flow of a host weighing `host_flows` is paced at:
+/// `m × n`, within [1.0, [`MULT_MAX`]): `m` itself may lie below 1.0
+/// under isolation, but no flow is paced faster than the rate.
+#[inline(always)]
+pub fn flow_mult(mult_q16: u64, host_flows: u64) -> u64 {
+    // m < 2^32 and n <= 2^10: the product fits.
+    let n = if host_flows > HOST_FLOWS_MAX {
+        HOST_FLOWS_MAX
+    } else {
+        host_flows
+    };
+    let m = (mult_q16 & (MULT_MAX - 1)) * n;
+    m.clamp(MULT_ONE, MULT_MAX - 1)
+}
+
+/// The pacer's step with a host level ([`crate::shared::pace`] over
+/// hosts): `host` is the unit the water level counts, `peer` the other
+/// side's host under triple-isolate. Counts the host active, decides the
+/// flow's packet at `m` times its count ([`flow_mult`]), moves the flow's
+/// clock in the committed count with its weight (`COMMITTED`; the flow
+/// keeps the count it joined with, [`counted_flows`]), counts a paced flow
+/// in its hosts' bulk flows once per window (`flow.active_epoch` marks
+/// that: the flow itself is not counted active under a host level), and
+/// lets a host newly backlogged in this epoch join. The caller then
+/// accounts a kept packet, as without hosts.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn pace_hosts<S: Shared, const COMMITTED: bool>(
+    s: &mut S,
+    flow: &mut FlowEntry,
+    host: &mut HostEntry,
+    mut peer: Option<&mut HostEntry>,
+    pkt: &Packet,
+    epoch: u64,
+    mult_q16: u64,
+    p: &FairParams,
+) -> Verdict {
+    if host_window(host, epoch) {
+        s.add(Field::ActiveNow, 1);
+    }
+    let mut n = host_flows(host);
+    if let Some(other) = peer.as_deref_mut() {
+        host_window(other, epoch);
+        let m = host_flows(other);
+        n = if m > n { m } else { n };
+    }
+    let clock_before = flow.t_next_ns;
+    let verdict = decide(flow, pkt, flow_mult(mult_q16, n), p, CodelClock::Departure);
+    if COMMITTED && flow.t_next_ns != clock_before {
+        let was = flow_weight(u64::from(counted_flows(flow.flags)));
+        if move_clock(s, clock_before, flow.t_next_ns, was, flow_weight(n)) {
+            flow.flags = with_counted_flows(flow.flags, n as u32);
+        }
+    }
+    if COMMITTED && verdict == Verdict::Pass {
+        s.add(Field::Unpaced, pkt.tx_ns);
+    }
+    if matches!(verdict, Verdict::Pace { .. } | Verdict::Mark { .. }) {
+        if mark_once(&mut flow.active_epoch, epoch >> ACTIVE_WINDOW_SHIFT) {
+            host.bulk_now = host.bulk_now.saturating_add(1);
+            if let Some(other) = peer {
+                other.bulk_now = other.bulk_now.saturating_add(1);
+            }
+        }
+        if mark_once(&mut host.backlog_epoch, epoch) {
+            join(s, mult_q16);
+        }
+    }
+    verdict
+}
+
+#[cfg(test)]
+mod tests;
