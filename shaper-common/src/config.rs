@@ -34,6 +34,9 @@ pub const FLAG_DELIVERY_MONO: u32 = 1 << 5;
 /// Flag: clear each packet's DSCP after its tin is chosen, keeping the ECN
 /// bits (CAKE's `wash`), so that the next network sees none of ours.
 pub const FLAG_WASH: u32 = 1 << 6;
+/// The host isolation mode ([`crate::hosts::Isolation`]) sits in the
+/// three bits of `flags` from here.
+pub const FLAG_ISOLATION_SHIFT: u32 = 8;
 
 /// Default telemetry sampling: 1 packet in this many, besides every drop
 /// and mark. At 1 Gbit/s of full-size frames that is about 1,300 events a
@@ -141,6 +144,20 @@ impl PacerConfig {
         self.flags & FLAG_FAIR != 0
     }
 
+    /// The host isolation mode ([`FLAG_ISOLATION_SHIFT`]); `flows` for a
+    /// value no mode has.
+    #[inline(always)]
+    pub fn isolation(&self) -> crate::hosts::Isolation {
+        crate::hosts::Isolation::from_u32((self.flags >> FLAG_ISOLATION_SHIFT) & 7)
+            .unwrap_or(crate::hosts::Isolation::Flows)
+    }
+
+    /// Sets the host isolation mode.
+    pub fn set_isolation(&mut self, mode: crate::hosts::Isolation) {
+        self.flags =
+            (self.flags & !(7 << FLAG_ISOLATION_SHIFT)) | ((mode as u32) << FLAG_ISOLATION_SHIFT);
+    }
+
     /// The rate in the form [`ScaledRate::tx_time_ns`] needs.
     #[inline(always)]
     pub fn scaled_rate(&self) -> ScaledRate {
@@ -193,6 +210,8 @@ mod pod {
     unsafe impl aya::Pod for crate::event::Scratch {}
     // SAFETY: as above (size asserted in `crate::police`).
     unsafe impl aya::Pod for crate::police::LinkState {}
+    // SAFETY: as above (size asserted in `crate::hosts`).
+    unsafe impl aya::Pod for crate::hosts::HostEntry {}
     // SAFETY: as above (size asserted in `crate::tins`).
     unsafe impl aya::Pod for crate::tins::TinState {}
     // SAFETY: as above (size asserted in `crate::tins`).

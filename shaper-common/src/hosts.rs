@@ -49,7 +49,7 @@ use crate::{
         ACTIVE_WINDOW_SHIFT, CodelClock, FairParams, MULT_MAX, MULT_ONE, Packet, Verdict, decide,
         mark_once, period_mark,
     },
-    flow::{FlowEntry, counted_flows, with_counted_flows},
+    flow::{FlowEntry, FlowHasher, counted_flows, with_counted_flows},
     shared::{Field, Shared, join, move_clock},
 };
 
@@ -113,11 +113,12 @@ pub enum Isolation {
 
 /// Which address of a packet names a host.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
 pub enum Side {
-    /// The source address (before source NAT, with NAT lookup).
-    Src,
-    /// The destination address (before destination NAT, with NAT lookup).
-    Dst,
+    /// The source address.
+    Src = 1,
+    /// The destination address.
+    Dst = 2,
 }
 
 /// What identifies a flow in the flow table.
@@ -173,11 +174,18 @@ impl Isolation {
 
     /// The mode stored as `v` (a configuration word); `None` for a value
     /// no mode has.
+    #[inline(always)]
     pub fn from_u32(v: u32) -> Option<Self> {
-        Self::KEYWORDS
-            .iter()
-            .map(|&(_, mode)| mode)
-            .find(|&mode| mode as u32 == v)
+        Some(match v {
+            0 => Isolation::Flows,
+            1 => Isolation::SrcHost,
+            2 => Isolation::DstHost,
+            3 => Isolation::Hosts,
+            4 => Isolation::DualSrcHost,
+            5 => Isolation::DualDstHost,
+            6 => Isolation::TripleIsolate,
+            _ => return None,
+        })
     }
 
     /// What identifies a flow under this mode.
@@ -217,6 +225,86 @@ impl Isolation {
             }),
             Isolation::Flows | Isolation::SrcHost | Isolation::DstHost | Isolation::Hosts => None,
         }
+    }
+}
+
+/// The key of a host's state: a hash of which side it is on, the tin and
+/// its address (`addr`, the address's 32-bit words in network order, an
+/// IPv4 address as one word; none for a frame without an IP header), with
+/// the flow table's seed.
+#[inline(always)]
+pub fn host_key(seed: u64, side: Side, tin: usize, addr: &[u32]) -> u64 {
+    let mut h = FlowHasher::new(seed);
+    h.word(((tin as u32) << 8) | side as u32);
+    for w in addr {
+        h.word(*w);
+    }
+    h.finish()
+}
+
+/// What a mode selects, as 0/1 factors for a step without branches (the
+/// BPF verifier walks each branch's outcome apart): the flow table's hash
+///  and the unit and peer keys as
+/// sums of the candidates times these factors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Selectors {
+    /// Factors of the 5-tuple's, the source's, the destination's and the
+    /// pair's hash in the flow table's hash.
+    pub flow: [u64; 4],
+    /// Factors of the flow table's hash, the source's and the
+    /// destination's key in the unit key.
+    pub unit: [u64; 3],
+    /// The peer weighs the flow (triple-isolate); its key is then the side
+    /// the unit is not.
+    pub peer: u64,
+}
+
+impl Selectors {
+    /// The factors for `mode` on egress (`upload`) or ingress.
+    pub fn of(mode: Isolation, upload: bool) -> Self {
+        let flow = match mode.flow_key() {
+            FlowKey::FiveTuple => [1, 0, 0, 0],
+            FlowKey::Src => [0, 1, 0, 0],
+            FlowKey::Dst => [0, 0, 1, 0],
+            FlowKey::Pair => [0, 0, 0, 1],
+        };
+        let (unit, peer) = match mode.levels(upload) {
+            Some(l) => (
+                match l.unit {
+                    Side::Src => [0, 1, 0],
+                    Side::Dst => [0, 0, 1],
+                },
+                u64::from(l.peer.is_some()),
+            ),
+            None => ([1, 0, 0], 0),
+        };
+        Self { flow, unit, peer }
+    }
+
+    /// The flow table's hash: the 5-tuple's, or the narrowed key's ([`Isolation::flow_key`]).
+    #[inline(always)]
+    pub fn flow_hash(&self, flow_hash: u64, src_key: u64, dst_key: u64) -> u64 {
+        let pair = src_key ^ dst_key.rotate_left(17);
+        flow_hash
+            .wrapping_mul(self.flow[0])
+            .wrapping_add(src_key.wrapping_mul(self.flow[1]))
+            .wrapping_add(dst_key.wrapping_mul(self.flow[2]))
+            .wrapping_add(pair.wrapping_mul(self.flow[3]))
+    }
+
+    /// The unit's and the peer's keys: the unit side's key ([`Isolation::levels`]), or the flow's own without a host level; the
+    /// peer's key is the other side's whether or not it weighs.
+    #[inline(always)]
+    pub fn keys(&self, flow_hash: u64, src_key: u64, dst_key: u64) -> (u64, u64) {
+        let unit = flow_hash
+            .wrapping_mul(self.unit[0])
+            .wrapping_add(src_key.wrapping_mul(self.unit[1]))
+            .wrapping_add(dst_key.wrapping_mul(self.unit[2]));
+        // The other side: the source's when the unit is the destination.
+        let peer = src_key
+            .wrapping_mul(self.unit[2])
+            .wrapping_add(dst_key.wrapping_mul(1 - self.unit[2]));
+        (unit, peer)
     }
 }
 
@@ -284,40 +372,77 @@ pub fn flow_mult(mult_q16: u64, host_flows: u64) -> u64 {
 
 /// The pacer's step with a host level ([`crate::shared::pace`] over
 /// hosts): `host` is the unit the water level counts, `peer` the other
-/// side's host under triple-isolate. Counts the host active, decides the
-/// flow's packet at `m` times its count ([`flow_mult`]), moves the flow's
-/// clock in the committed count with its weight (`COMMITTED`; the flow
-/// keeps the count it joined with, [`counted_flows`]), counts a paced flow
-/// in its hosts' bulk flows once per window (`flow.active_epoch` marks
-/// that: the flow itself is not counted active under a host level), and
-/// lets a host newly backlogged in this epoch join. The caller then
-/// accounts a kept packet, as without hosts.
+/// side's host, whose bulk flows weigh the flow too when `peer_weighs` (1
+/// under triple-isolate, else 0: a 0/1 factor, so the BPF verifier walks
+/// one path). Counts the host active, decides the flow's packet at `m`
+/// times its count ([`flow_mult`]), moves the flow's clock in the
+/// committed count with its weight (`COMMITTED`; the flow keeps the count
+/// it joined with, [`counted_flows`]), counts a paced flow in its hosts'
+/// bulk flows once per window (`flow.active_epoch` marks that: the flow
+/// itself is not counted active under a host level), and lets a host newly
+/// backlogged in this epoch join. The caller then accounts a kept packet,
+/// as without hosts.
 #[inline(always)]
 #[allow(clippy::too_many_arguments)]
 pub fn pace_hosts<S: Shared, const COMMITTED: bool>(
     s: &mut S,
     flow: &mut FlowEntry,
     host: &mut HostEntry,
-    mut peer: Option<&mut HostEntry>,
+    peer: (&mut HostEntry, u64),
     pkt: &Packet,
     epoch: u64,
     mult_q16: u64,
     p: &FairParams,
 ) -> Verdict {
+    let n = host_count(s, host, peer.0, peer.1, epoch);
+    pace_flow_of_host::<S, COMMITTED>(s, flow, (host, peer.0), n, pkt, epoch, mult_q16, p)
+}
+
+/// The first half of [`pace_hosts`], which needs no flow: moves both hosts
+/// to the window of `epoch`, counts the unit host active, and returns the
+/// count the flow is weighed by, veiled ([`Shared::opaque`]), so that the
+/// BPF program can take it before the flow table's lookup and the
+/// branches here end in one verifier state.
+#[inline(always)]
+pub fn host_count<S: Shared>(
+    s: &mut S,
+    host: &mut HostEntry,
+    peer: &mut HostEntry,
+    peer_weighs: u64,
+    epoch: u64,
+) -> u64 {
     if host_window(host, epoch) {
         s.add(Field::ActiveNow, 1);
     }
-    let mut n = host_flows(host);
-    if let Some(other) = peer.as_deref_mut() {
-        host_window(other, epoch);
-        let m = host_flows(other);
-        n = if m > n { m } else { n };
-    }
+    host_window(peer, epoch);
+    let n = host_flows(host);
+    let m = host_flows(peer) * (peer_weighs & 1);
+    s.opaque(if m > n { m } else { n })
+}
+
+/// The second half of [`pace_hosts`]: the flow's packet at `m` times the
+/// count `n` ([`host_count`]).
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn pace_flow_of_host<S: Shared, const COMMITTED: bool>(
+    s: &mut S,
+    flow: &mut FlowEntry,
+    (host, peer): (&mut HostEntry, &mut HostEntry),
+    n: u64,
+    pkt: &Packet,
+    epoch: u64,
+    mult_q16: u64,
+    p: &FairParams,
+) -> Verdict {
     let clock_before = flow.t_next_ns;
-    let verdict = decide(flow, pkt, flow_mult(mult_q16, n), p, CodelClock::Departure);
+    // Each value that comes out of a clamp or a table is veiled: its
+    // branches then end in one verifier state.
+    let m = s.opaque(flow_mult(mult_q16, n));
+    let verdict = decide(flow, pkt, m, p, CodelClock::Departure);
     if COMMITTED && flow.t_next_ns != clock_before {
-        let was = flow_weight(u64::from(counted_flows(flow.flags)));
-        if move_clock(s, clock_before, flow.t_next_ns, was, flow_weight(n)) {
+        let was = s.opaque(flow_weight(u64::from(counted_flows(flow.flags))));
+        let weight = s.opaque(flow_weight(n));
+        if move_clock(s, clock_before, flow.t_next_ns, was, weight) {
             flow.flags = with_counted_flows(flow.flags, n as u32);
         }
     }
@@ -327,9 +452,7 @@ pub fn pace_hosts<S: Shared, const COMMITTED: bool>(
     if matches!(verdict, Verdict::Pace { .. } | Verdict::Mark { .. }) {
         if mark_once(&mut flow.active_epoch, epoch >> ACTIVE_WINDOW_SHIFT) {
             host.bulk_now = host.bulk_now.saturating_add(1);
-            if let Some(other) = peer {
-                other.bulk_now = other.bulk_now.saturating_add(1);
-            }
+            peer.bulk_now = peer.bulk_now.saturating_add(1);
         }
         if mark_once(&mut host.backlog_epoch, epoch) {
             join(s, mult_q16);

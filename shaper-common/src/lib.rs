@@ -48,6 +48,9 @@ pub mod maps {
     pub const TIN_COUNTERS: &str = "SHAPER_TIN_COUNTERS";
     /// `Array<FlowSet>`, one entry per set of the flow table.
     pub const FLOWS: &str = "SHAPER_FLOWS";
+    /// `LruHashMap<u64, HostEntry>`: the hosts' state under host isolation
+    /// ([`crate::hosts`]).
+    pub const HOSTS: &str = "SHAPER_HOSTS";
     /// `RingBuf` of [`crate::event::Event`]s: the pacer's sampled packets
     /// and flow starts and ends.
     pub const EVENTS: &str = "SHAPER_EVENTS";
@@ -75,6 +78,9 @@ pub const JUMP_TELEMETRY: u32 = 0;
 
 /// Name of the egress classifier program in the object file.
 pub const EGRESS_PROGRAM: &str = "shaper_egress";
+
+/// Name of the egress classifier with host isolation in the object file.
+pub const EGRESS_HOSTS_PROGRAM: &str = "shaper_egress_hosts";
 
 /// Name of the ingress policer program (`police` mode) in the object file.
 pub const POLICE_PROGRAM: &str = "shaper_police";

@@ -9,6 +9,11 @@
 //! - the aggregate pacer (`shaper_common::edt`): one clock for all traffic,
 //!   Cilium's design, kept for comparison.
 //!
+//! `shaper_egress_hosts` is the same classifier with host isolation: the
+//! fair pacer over hosts (`shaper_common::hosts`, the hosts' state in
+//! `crate::hosts`). A program of its own, so that the verifier walks the
+//! host lookups only where they are used.
+//!
 //! A GSO super-packet is charged its wire length: every segment repeats the
 //! headers.
 //!
@@ -34,7 +39,8 @@ use shaper_common::{
     ecn,
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
-    fair::{Packet, Verdict},
+    fair::{Level, Packet, Verdict},
+    hosts::{Isolation, Selectors, host_count, pace_flow_of_host},
     shared::{account, pace},
     tins::MAX_TINS,
 };
@@ -43,6 +49,7 @@ use crate::{
     ce::mark_ce,
     fair_state::{AtomicFair, AtomicTins, Rolled, roll},
     hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
+    hosts::{HostKeys, host_entry, host_keys, selectors},
     maps::{AGGREGATE, CONFIG, count, count_tin},
     parse::{self, Class, Ecn},
     telemetry::{Outcome, report, stash},
@@ -51,7 +58,17 @@ use crate::{
 
 #[classifier]
 pub fn shaper_egress(ctx: TcContext) -> i32 {
-    match try_shaper_egress(&ctx) {
+    match try_shaper_egress::<false>(&ctx) {
+        Ok(verdict) | Err(verdict) => verdict,
+    }
+}
+
+/// The egress classifier with host isolation (`shaper_common::hosts`):
+/// the fair pacer over hosts. A program of its own, so that the flow
+/// pacer's carries no host lookups for the verifier to walk.
+#[classifier]
+pub fn shaper_egress_hosts(ctx: TcContext) -> i32 {
+    match try_shaper_egress::<true>(&ctx) {
         Ok(verdict) | Err(verdict) => verdict,
     }
 }
@@ -63,7 +80,7 @@ pub fn shaper_passthrough(_ctx: TcContext) -> i32 {
 }
 
 #[inline(always)]
-fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
+fn try_shaper_egress<const HOSTS: bool>(ctx: &TcContext) -> Result<i32, i32> {
     let len = ctx.len();
     count(Counter::Packets, 1);
     count(Counter::Bytes, u64::from(len));
@@ -81,7 +98,8 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     };
     let tin = (veil.u64(config.tin_of(dscp) as u64) as usize) & (MAX_TINS - 1);
     let rolled = if config.fair() {
-        roll::<_, true>(config, veil, tin, AtomicTins::lookup(veil))
+        let level = if HOSTS { Level::HOSTS } else { Level::FLOWS };
+        roll::<_, true>(config, veil, tin, AtomicTins::lookup(veil), level)
     } else {
         Rolled::NONE
     };
@@ -107,7 +125,7 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
             tx_ns: tx_time_ns,
             skb_tstamp_ns,
         };
-        return fair(ctx, config, class, &rolled, veil, priced);
+        return fair::<HOSTS>(ctx, config, class, &rolled, veil, priced);
     }
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now_ns = unsafe { bpf_ktime_get_ns() };
@@ -121,10 +139,10 @@ fn try_shaper_egress(ctx: &TcContext) -> Result<i32, i32> {
     )
 }
 
-/// The fair pacer, on the shared state `rolled` to this packet's epoch. A
-/// truncated frame (no key) is paced as flow 0.
+/// The fair pacer, on the shared state `rolled` to this packet's epoch,
+/// over hosts with `HOSTS`. A truncated frame (no key) is paced as flow 0.
 #[inline(always)]
-fn fair(
+fn fair<const HOSTS: bool>(
     ctx: &TcContext,
     config: &PacerConfig,
     class: Class,
@@ -148,7 +166,36 @@ fn fair(
     // atomically.
     let mut shared = unsafe { AtomicFair::new(rolled.state, veil) };
 
-    let Some((flow, flow_started)) = flow_entry(config, class.flow_hash, now_ns) else {
+    let sel = if HOSTS {
+        selectors(config, veil)
+    } else {
+        Selectors::of(Isolation::Flows, true)
+    };
+    let keys = if HOSTS {
+        host_keys(ctx, &class.ecn, config.hash_seed, tin, veil)
+    } else {
+        HostKeys { src: 0, dst: 0 }
+    };
+    let flow_hash = if HOSTS {
+        veil.u64(sel.flow_hash(class.flow_hash, keys.src, keys.dst))
+    } else {
+        class.flow_hash
+    };
+    // The hosts first, so that their branches end before the flow table's
+    // scan ([`host_count`]).
+    let hosts = if HOSTS {
+        let (unit, peer) = sel.keys(flow_hash, keys.src, keys.dst);
+        let (Some(host), Some(peer)) = (host_entry(veil.u64(unit)), host_entry(veil.u64(peer)))
+        else {
+            count(Counter::PassedUnpaced, 1);
+            return Ok(TC_ACT_UNSPEC);
+        };
+        let n = host_count(&mut shared, host, peer, sel.peer, epoch);
+        Some((host, peer, n))
+    } else {
+        None
+    };
+    let Some((flow, flow_started)) = flow_entry(config, flow_hash, now_ns) else {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
     };
@@ -159,14 +206,21 @@ fn fair(
         tx_ns,
         ect: ecn.capable(),
     };
-    let verdict = pace::<_, true>(
-        &mut shared,
-        flow,
-        &pkt,
-        epoch,
-        mult_q16,
-        &config.fair_params(),
-    );
+    let params = config.fair_params();
+    let verdict = if let Some((host, peer, n)) = hosts {
+        pace_flow_of_host::<_, true>(
+            &mut shared,
+            flow,
+            (host, peer),
+            n,
+            &pkt,
+            epoch,
+            mult_q16,
+            &params,
+        )
+    } else {
+        pace::<_, true>(&mut shared, flow, &pkt, epoch, mult_q16, &params)
+    };
     if matches!(
         verdict,
         Verdict::Pass | Verdict::Pace { .. } | Verdict::Mark { .. }

@@ -53,8 +53,8 @@ impl Rolled {
 }
 
 /// Reads the clock and rolls tin `tin`'s shared state to its epoch
-/// (`shaper_common::shared::roll_epoch`; `COMMITTED` as there), for a
-/// pacer that is enabled. The tin comes veiled from the parse, so one
+/// (`shaper_common::shared::roll_epoch`; `COMMITTED` and `level` as there),
+/// for a pacer that is enabled. The tin comes veiled from the parse, so one
 /// verifier state walks the roll whatever the header shape, and the
 /// multiplier leaves it veiled, so that the roll's outcomes merge after
 /// it.
@@ -64,6 +64,7 @@ pub(crate) fn roll<T: TinTable, const COMMITTED: bool>(
     veil: Veil,
     tin: usize,
     mut tins: T,
+    level: Level,
 ) -> Rolled {
     if !config.enabled() {
         return Rolled::NONE;
@@ -82,7 +83,7 @@ pub(crate) fn roll<T: TinTable, const COMMITTED: bool>(
         &mut tins,
         tin,
         epoch,
-        Level::FLOWS,
+        level,
     ));
     Rolled {
         state,

@@ -22,6 +22,8 @@ mod fair_state;
 #[cfg(target_arch = "bpf")]
 mod hook;
 #[cfg(target_arch = "bpf")]
+mod hosts;
+#[cfg(target_arch = "bpf")]
 mod maps;
 #[cfg(target_arch = "bpf")]
 mod observe;

@@ -18,7 +18,7 @@
 use aya_ebpf::{macros::classifier, programs::TcContext};
 use shaper_common::{
     counters::Counter,
-    fair::Packet,
+    fair::{Level, Packet},
     police::{Action, DropReason},
     shared::{account, police_step},
     tins::SoleTin,
@@ -49,7 +49,7 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
     };
     let veil = Veil::new(config);
     // The policer has one tin.
-    let rolled = roll::<_, false>(config, veil, 0, SoleTin);
+    let rolled = roll::<_, false>(config, veil, 0, SoleTin, Level::FLOWS);
     let class = count_and_classify(ctx, config);
     let wire_len = wire_len(ctx, config, &class, veil);
     count(Counter::WireBytes, u64::from(wire_len));

@@ -26,9 +26,10 @@ use aya::{
     programs::TcAttachType,
 };
 use shaper_common::{
-    EGRESS_PROGRAM,
+    EGRESS_HOSTS_PROGRAM, EGRESS_PROGRAM,
     config::PacerConfig,
     fair::FairState,
+    hosts::Isolation,
     maps,
     tins::{Diffserv, MAX_TINS, TinState},
 };
@@ -62,7 +63,7 @@ pub struct Shaped {
 /// `config.flow_sets_mask + 1` sets. Changes nothing on any interface.
 pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
     let mut ebpf = bpf::load::open(config.flow_sets_mask.saturating_add(1), &[])?;
-    bpf::load::load_classifier(&mut ebpf, EGRESS_PROGRAM)?;
+    bpf::load::load_classifier(&mut ebpf, egress_program(config))?;
     bpf::load::load_telemetry(&mut ebpf)?;
     bpf::load::set_entry0(&mut ebpf, maps::CONFIG, *config)?;
     // Every tin's fair share starts at a multiplier of 1.0.
@@ -70,6 +71,16 @@ pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
     let mode = Diffserv::from_index(config.diffserv);
     bpf::load::set_entry0(&mut ebpf, maps::TINS, TinState::new(mode))?;
     Ok(ebpf)
+}
+
+/// The egress program for `config`: the pacer over hosts under host
+/// isolation, else the flow pacer (which carries no host lookups).
+pub fn egress_program(config: &PacerConfig) -> &'static str {
+    if config.fair() && config.isolation() != Isolation::Flows {
+        EGRESS_HOSTS_PROGRAM
+    } else {
+        EGRESS_PROGRAM
+    }
 }
 
 /// Attaches to `link` as `config` says. On failure after the first change,
@@ -90,7 +101,9 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
     })?;
     info!(iface, saved = %snapshot.describe(), "saved the current qdiscs");
     // 2-3. Load and configure.
-    let mut ebpf = load(&config.pacer_config(link.has_l2_header))?;
+    let pacer = config.pacer_config(link.has_l2_header);
+    let program = egress_program(&pacer);
+    let mut ebpf = load(&pacer)?;
 
     // 4. From here on the system changes: record first.
     if ensure_bpffs(&paths.bpffs)? {
@@ -111,6 +124,7 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
         &mut record,
         &config.fq_params(),
         gso_cap,
+        program,
     ) {
         Ok(()) => Ok(Shaped {
             record,
@@ -135,6 +149,7 @@ fn attach_steps(
     record: &mut Record,
     fq: &tc::FqParams,
     gso_cap: u32,
+    program_name: &str,
 ) -> Result<(), AttachError> {
     let iface = link.name.as_str();
     // 4b. Local senders' GSO size ([`crate::gso`]). Recorded first; restoring
@@ -173,7 +188,7 @@ fn attach_steps(
     if !kernel_has_tcx() {
         ensure_clsact(link, paths, record)?;
     }
-    let program = bpf::load::classifier(ebpf, EGRESS_PROGRAM)?;
+    let program = bpf::load::classifier(ebpf, program_name)?;
     let link_pin = paths.pin_dir.join(pins::LINK);
     attach_classifier(program, link, TcAttachType::Egress, &link_pin, |mode| {
         record.attach = Some(mode);

@@ -164,6 +164,11 @@ pub struct RunArgs {
     /// Clear each packet's DSCP once its tin is chosen (CAKE's `wash`).
     #[arg(long)]
     pub wash: bool,
+    /// Host isolation, as CAKE's modes (fair pacer): hosts share the rate
+    /// first, then their flows. Upload and the IFB's download; the
+    /// policer isolates flows only.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub isolate: Option<crate::pacer::IsolateArg>,
     /// The link's framing: `--framing`, `--overhead`, `--mpu`.
     #[command(flatten)]
     pub framing: crate::pacer::FramingArgs,
@@ -203,6 +208,7 @@ impl RunArgs {
             no_ecn: self.no_ecn,
             diffserv: self.diffserv,
             wash: self.wash,
+            isolate: self.isolate,
             framing: crate::pacer::FramingArgs {
                 keywords: self
                     .framing

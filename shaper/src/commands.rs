@@ -2,6 +2,7 @@
 //! so `main` can tell usage errors (exit 2) from failures (exit 1).
 
 use anyhow::{Context, Result};
+use shaper_common::hosts::Isolation;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
@@ -9,7 +10,7 @@ use crate::{
     attach,
     checks::{self, Capabilities, CheckError},
     cli::RunArgs,
-    config::RunConfig,
+    config::{ConfigError, RunConfig},
     hook::AttachError,
     ingress::{self, IngressMode},
     link::{Link, link_by_name},
@@ -80,6 +81,13 @@ pub fn run(args: RunArgs) -> Result<()> {
         Some(rate) => {
             let mut c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
             c.sample_every = None;
+            let mode = c.pacer.isolation;
+            if args.ingress_mode == IngressMode::Police && mode != Isolation::Flows {
+                return Err(ConfigError::IsolateWithPolice {
+                    mode: mode.keyword(),
+                }
+                .into());
+            }
             Some(c)
         }
         None => None,

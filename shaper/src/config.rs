@@ -32,6 +32,15 @@ pub enum ConfigError {
     /// Pacer settings refused.
     #[error(transparent)]
     Pacer(#[from] PacerError),
+    /// Host isolation asked of the ingress policer, which has no host level.
+    #[error(
+        "--isolate {mode} needs the pacer on the download: add --ingress-mode ifb, or drop \
+         --isolate (the policer isolates flows only)"
+    )]
+    IsolateWithPolice {
+        /// The mode given.
+        mode: &'static str,
+    },
 }
 
 /// What `shaper run` shapes and how.
@@ -138,6 +147,7 @@ impl RunConfig {
             c.flags |= FLAG_WASH;
         }
         c.framing = p.framing;
+        c.set_isolation(p.isolation);
         c.flow_sets_mask = p.flow_sets() - 1;
         c.hash_seed = random_seed();
         c.flags &= !FLAG_TELEMETRY;

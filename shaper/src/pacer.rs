@@ -18,6 +18,7 @@ use shaper_common::{
     config::{DEFAULT_INTERVAL_NS, DEFAULT_TARGET_NS},
     flow::{DEFAULT_FLOWS, WAYS},
     framing::{Framing, FramingError},
+    hosts::Isolation,
     tins::Diffserv,
 };
 
@@ -48,6 +49,46 @@ pub enum DiffservArg {
     Diffserv4,
     /// Eight tins, thresholds falling by 7/8 from tin to tin.
     Diffserv8,
+}
+
+/// How hosts are isolated, as CAKE's keywords name the modes
+/// (`shaper_common::hosts`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum IsolateArg {
+    /// Flows share equally, whatever their hosts.
+    #[default]
+    Flows,
+    /// A flow is its source address.
+    Srchost,
+    /// A flow is its destination address.
+    Dsthost,
+    /// A flow is its address pair.
+    Hosts,
+    /// Source hosts share first, then their flows.
+    #[value(name = "dual-srchost")]
+    DualSrchost,
+    /// Destination hosts share first, then their flows.
+    #[value(name = "dual-dsthost")]
+    DualDsthost,
+    /// The link's own side's hosts share first (sources on upload,
+    /// destinations on download), then flows, each weighed by the busier of
+    /// its two hosts.
+    #[value(name = "triple-isolate")]
+    TripleIsolate,
+}
+
+impl From<IsolateArg> for Isolation {
+    fn from(a: IsolateArg) -> Self {
+        match a {
+            IsolateArg::Flows => Isolation::Flows,
+            IsolateArg::Srchost => Isolation::SrcHost,
+            IsolateArg::Dsthost => Isolation::DstHost,
+            IsolateArg::Hosts => Isolation::Hosts,
+            IsolateArg::DualSrchost => Isolation::DualSrcHost,
+            IsolateArg::DualDsthost => Isolation::DualDstHost,
+            IsolateArg::TripleIsolate => Isolation::TripleIsolate,
+        }
+    }
 }
 
 impl From<DiffservArg> for Diffserv {
@@ -155,6 +196,8 @@ pub struct PacerArgs {
     pub diffserv: Option<DiffservArg>,
     /// `--wash`.
     pub wash: bool,
+    /// `--isolate`; flows when absent.
+    pub isolate: Option<IsolateArg>,
     /// `--framing`, `--overhead`, `--mpu`; the keywords end with `atm`
     /// or `ptm` for `--atm`, `--ptm`.
     pub framing: FramingArgs,
@@ -251,6 +294,8 @@ pub struct PacerSettings {
     pub wash: bool,
     /// How the link frames packets.
     pub framing: Framing,
+    /// How hosts are isolated.
+    pub isolation: Isolation,
 }
 
 impl PacerSettings {
@@ -268,6 +313,10 @@ impl PacerSettings {
                 (
                     args.diffserv.is_some_and(|d| d != DiffservArg::Besteffort),
                     "diffserv",
+                ),
+                (
+                    args.isolate.is_some_and(|i| i != IsolateArg::Flows),
+                    "isolate",
                 ),
             ] {
                 if given {
@@ -318,6 +367,7 @@ impl PacerSettings {
             diffserv: args.diffserv.unwrap_or_default().into(),
             wash: args.wash,
             framing,
+            isolation: args.isolate.unwrap_or_default().into(),
         })
     }
 

@@ -181,6 +181,7 @@ pub fn to_json(st: &IfaceStatus) -> String {
             "ecn": c.flags & shaper_common::config::FLAG_ECN != 0,
             "diffserv": Diffserv::from_index(c.diffserv).name(),
             "wash": c.flags & shaper_common::config::FLAG_WASH != 0,
+            "isolation": c.isolation().keyword(),
             "framing": {
                 "overhead_bytes": c.framing.overhead_bytes,
                 "mpu_bytes": c.framing.mpu_bytes,
@@ -407,6 +408,9 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
                 }
             );
             let _ = writeln!(s, "  framing:    {}", framing_text(&c.framing));
+            if c.fair() {
+                let _ = writeln!(s, "  isolation:  {}", c.isolation().keyword());
+            }
             if c.fair() {
                 let _ = writeln!(
                     s,

@@ -121,6 +121,34 @@ fn bad_tin_options_exit_2() {
 }
 
 #[test]
+fn bad_isolation_options_exit_2() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let pair = Pair::new("isol", 1);
+    let run = ["--iface", "left0", "--rate", "20mbit"];
+    let with = |extra: &[&'static str]| [&run[..], extra].concat();
+    expect_usage_error(&pair, &with(&["--isolate", "triple"]), &["triple-isolate"]);
+    expect_usage_error(
+        &pair,
+        &with(&["--isolate", "dual-srchost", "--pacer", "aggregate"]),
+        &["--isolate", "fair pacer only"],
+    );
+    expect_usage_error(
+        &pair,
+        &with(&[
+            "--ingress-rate",
+            "20mbit",
+            "--ingress-mode",
+            "police",
+            "--isolate",
+            "dual-dsthost",
+        ]),
+        &["--isolate dual-dsthost", "--ingress-mode ifb"],
+    );
+}
+
+#[test]
 fn a_bench_option_out_of_range_exits_2() {
     if !require(&[Need::Root]) {
         return;

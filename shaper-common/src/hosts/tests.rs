@@ -100,7 +100,16 @@ fn flows_of_a_busy_host_are_paced_at_its_share_split_and_weighed_by_it() {
     let epoch = now >> crate::fair::EPOCH_SHIFT;
     s.clock_slot = now >> crate::committed::CLOCK_SLOT_SHIFT;
     let step = |s: &mut FairState, f: &mut FlowEntry, h: &mut HostEntry| {
-        pace_hosts::<_, true>(s, f, h, None, &packet(now), epoch, m, &params())
+        pace_hosts::<_, true>(
+            s,
+            f,
+            h,
+            (&mut HostEntry::default(), 0),
+            &packet(now),
+            epoch,
+            m,
+            &params(),
+        )
     };
     // Each flow's first packet passes and sets its clock at m × 1.
     for f in flows.iter_mut() {
@@ -145,7 +154,7 @@ fn triple_isolate_weighs_a_flow_by_the_busier_of_its_hosts() {
             &mut s,
             f,
             &mut src,
-            Some(&mut dst),
+            (&mut dst, 1),
             &packet(now),
             epoch,
             MULT_ONE,
@@ -158,4 +167,38 @@ fn triple_isolate_weighs_a_flow_by_the_busier_of_its_hosts() {
     assert_eq!((src.bulk_now, dst.bulk_now), (1, 5));
     // Only the unit side's host counts in the water level.
     assert_eq!(s.active_now, 1);
+}
+
+#[test]
+fn selectors_pick_the_keys_each_mode_names() {
+    let (flow, src, dst) = (0x1111, 0x2222, 0x4444);
+    let pick = |mode: Isolation, upload: bool| {
+        let s = Selectors::of(mode, upload);
+        let f = s.flow_hash(flow, src, dst);
+        let (unit, peer) = s.keys(f, src, dst);
+        (f, unit, peer, s.peer)
+    };
+    assert_eq!(pick(Isolation::Flows, true), (flow, flow, dst, 0));
+    assert_eq!(pick(Isolation::SrcHost, true), (src, src, dst, 0));
+    assert_eq!(pick(Isolation::DstHost, true).0, dst);
+    assert_eq!(pick(Isolation::Hosts, true).0, src ^ dst.rotate_left(17));
+    assert_eq!(pick(Isolation::DualSrcHost, false), (flow, src, dst, 0));
+    assert_eq!(pick(Isolation::DualDstHost, true), (flow, dst, src, 0));
+    assert_eq!(pick(Isolation::TripleIsolate, true), (flow, src, dst, 1));
+    assert_eq!(pick(Isolation::TripleIsolate, false), (flow, dst, src, 1));
+    // Keys differ by side and tin.
+    assert_ne!(
+        host_key(7, Side::Src, 0, &[1]),
+        host_key(7, Side::Dst, 0, &[1])
+    );
+    assert_ne!(
+        host_key(7, Side::Src, 0, &[1]),
+        host_key(7, Side::Src, 1, &[1])
+    );
+    let rate = crate::rate::ScaledRate::from_bytes_per_s(10_000).expect("a rate");
+    let mut c = crate::config::PacerConfig::new(10_000, rate);
+    for (_, mode) in Isolation::KEYWORDS {
+        c.set_isolation(mode);
+        assert_eq!(c.isolation(), mode);
+    }
 }

@@ -243,7 +243,7 @@ impl HostStep<'_> {
             Side::Src => (src, dst),
             Side::Dst => (dst, src),
         };
-        let peer = levels.peer.map(|_| other);
+        let peer = (other, u64::from(levels.peer.is_some()));
         let (pkt, e, m, p) = (self.pkt, self.epoch, self.mult_q16, self.params);
         if self.committed {
             pace_hosts::<_, true>(fair, flow, unit, peer, pkt, e, m, p)

@@ -51,6 +51,7 @@ pub const HOST_ONLY: &[&str] = &["cli_bad_input", "metrics_endpoint"];
 const SHARED: &[(&str, Pick)] = &[
     ("prog_test_run", Pick::All),
     ("prog_test_run_fair", Pick::All),
+    ("prog_test_run_hosts", Pick::All),
     ("prog_test_run_pacing", Pick::All),
     ("prog_test_run_police", Pick::All),
     ("prog_test_run_tins", Pick::All),

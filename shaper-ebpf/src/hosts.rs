@@ -1,0 +1,102 @@
+//! The egress pacer's host level (`shaper_common::hosts`): each packet's
+//! source and destination hosts, keyed from its IP header, and the hosts'
+//! state in an LRU hash map, which forgets the hosts longest unseen when
+//! full. Only the `shaper_egress_hosts` program uses it; the flow pacer's
+//! program has no host lookups.
+//!
+//! A frame without an IP header, or too short to hold 40 bytes from it, is
+//! one host on each side. Keys are hashes
+//! (`shaper_common::hosts::host_key`): two hosts with the same hash share
+//! state, with probability about 2^-64 per pair.
+
+use aya_ebpf::{macros::map, maps::LruHashMap, programs::TcContext};
+use shaper_common::{
+    config::{FLAG_DELIVERY_MONO, PacerConfig},
+    hosts::{HostEntry, Selectors, Side, host_key},
+};
+
+use crate::{parse::Ecn, veil::Veil};
+
+/// Hosts whose state is kept at once, per tin and side.
+pub(crate) const HOST_ENTRIES: u32 = 16_384;
+
+/// The hosts' state by [`host_key`].
+#[map(name = "SHAPER_HOSTS")]
+pub static HOSTS: LruHashMap<u64, HostEntry> = LruHashMap::with_max_entries(HOST_ENTRIES, 0);
+
+/// A packet's hosts' keys.
+#[derive(Clone, Copy)]
+pub(crate) struct HostKeys {
+    /// The source's.
+    pub src: u64,
+    /// The destination's.
+    pub dst: u64,
+}
+
+/// The keys of the packet's hosts in tin `tin`, veiled: every header shape
+/// ends in one verifier state.
+#[inline(always)]
+pub(crate) fn host_keys(ctx: &TcContext, ecn: &Ecn, seed: u64, tin: usize, veil: Veil) -> HostKeys {
+    // One load of the same size for both versions, so that the paths differ
+    // only in which words they hash: IPv4's addresses are words 3 and 4,
+    // IPv6's words 2 to 5 and 6 to 9. A frame too short for it is one host.
+    let (src, dst) = match ctx.load::<[u32; 10]>(ecn.l3_off as usize) {
+        Ok(w) if ecn.present && ecn.ipv4 => (
+            host_key(seed, Side::Src, tin, &w[3..4]),
+            host_key(seed, Side::Dst, tin, &w[4..5]),
+        ),
+        Ok(w) if ecn.present => (
+            host_key(seed, Side::Src, tin, &w[2..6]),
+            host_key(seed, Side::Dst, tin, &w[6..10]),
+        ),
+        _ => (
+            host_key(seed, Side::Src, tin, &[]),
+            host_key(seed, Side::Dst, tin, &[]),
+        ),
+    };
+    HostKeys {
+        src: veil.u64(src),
+        dst: veil.u64(dst),
+    }
+}
+
+/// The state of the host `key`; `None` on its first packet, which creates
+/// it empty (the packet then passes unpaced: one path for the verifier
+/// after the lookup, not two).
+#[inline(always)]
+pub(crate) fn host_entry(key: u64) -> Option<&'static mut HostEntry> {
+    match HOSTS.get_ptr_mut(&key) {
+        // SAFETY: the pointer comes from the map lookup and stays valid for
+        // this program run; concurrent writers to one host are tolerated
+        // as for a flow (see `shaper_common::fair`).
+        Some(p) => Some(unsafe { &mut *p }),
+        None => {
+            // A full map forgets its least recently used host.
+            let _ = HOSTS.insert(&key, &HostEntry::default(), 0);
+            None
+        }
+    }
+}
+
+/// The configured mode's selectors ([`Selectors`]), veiled: the mode's
+/// branches end in one verifier state. Egress shapes the upload; on an IFB
+/// fed from ingress (`FLAG_DELIVERY_MONO`), the download.
+#[inline(always)]
+pub(crate) fn selectors(config: &PacerConfig, veil: Veil) -> Selectors {
+    let upload = config.flags & FLAG_DELIVERY_MONO == 0;
+    let s = Selectors::of(config.isolation(), upload);
+    Selectors {
+        flow: [
+            veil.u64(s.flow[0]),
+            veil.u64(s.flow[1]),
+            veil.u64(s.flow[2]),
+            veil.u64(s.flow[3]),
+        ],
+        unit: [
+            veil.u64(s.unit[0]),
+            veil.u64(s.unit[1]),
+            veil.u64(s.unit[2]),
+        ],
+        peer: veil.u64(s.peer),
+    }
+}
