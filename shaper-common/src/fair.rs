@@ -620,9 +620,11 @@ impl Level {
         mult_min_q16: MULT_ONE,
         unpaced_floor: false,
     };
-    /// The water level over hosts.
+    /// The water level over hosts: `m` as low as 1/1024, where one flow
+    /// of a host with the most bulk flows a host's count holds takes the
+    /// rate alone (`crate::hosts` asserts that the two agree).
     pub const HOSTS: Level = Level {
-        mult_min_q16: MULT_ONE / crate::hosts::HOST_FLOWS_MAX,
+        mult_min_q16: MULT_ONE >> 10,
         unpaced_floor: true,
     };
 }

@@ -58,6 +58,8 @@ use crate::{
 /// little, and the product with the multiplier stays in range).
 pub const HOST_FLOWS_MAX: u64 = 1024;
 
+const _: () = assert!(MULT_ONE / HOST_FLOWS_MAX == crate::fair::Level::HOSTS.mult_min_q16);
+
 /// `1/n` in Q16 for `n` in 1..=[`HOST_FLOWS_MAX`] (index 0 holds 1.0): the
 /// weight of a flow of a host with `n` bulk flows, by table, so the packet
 /// path never divides.
