@@ -441,17 +441,22 @@ pub fn update_mult(mult_q16: u64, scheduled_ns: u64, mult_min_q16: u64) -> u64 {
 /// more changes the share by under 2%, and the feedback alone follows.
 pub const JOIN_MAX_FLOWS: u64 = 64;
 
-/// `1/n` in Q16 for `n` in 1..=[`JOIN_MAX_FLOWS`], for [`join_mult`] (a
-/// table, so the packet path never divides).
-const RECIPROCAL_Q16: [u32; JOIN_MAX_FLOWS as usize + 1] = {
-    let mut t = [0u32; JOIN_MAX_FLOWS as usize + 1];
+/// `1/n` in Q16, rounded, for `n` in `1..N`, with `at_zero` at index 0:
+/// the tables through which the packet path never divides.
+pub const fn reciprocals_q16<const N: usize>(at_zero: u32) -> [u32; N] {
+    let mut t = [0u32; N];
+    t[0] = at_zero;
     let mut n = 1;
-    while n < t.len() {
+    while n < N {
         t[n] = ((1u32 << 16) + n as u32 / 2) / n as u32;
         n += 1;
     }
     t
-};
+}
+
+/// `1/n` in Q16 for `n` in 1..=[`JOIN_MAX_FLOWS`], for [`join_mult`] and
+/// [`unpaced_floor`].
+const RECIPROCAL_Q16: [u32; JOIN_MAX_FLOWS as usize + 1] = reciprocals_q16(0);
 
 /// Epochs per activity window, as a shift: 2^5 epochs, about 268 ms. A
 /// flow counts as active in a window when it sent a packet in it, so the

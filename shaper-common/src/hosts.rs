@@ -47,7 +47,7 @@ use crate::{
     committed::WEIGHT_ONE,
     fair::{
         ACTIVE_WINDOW_SHIFT, CodelClock, FairParams, MULT_MAX, MULT_ONE, Packet, Verdict, decide,
-        mark_once, period_mark,
+        mark_once, period_mark, reciprocals_q16,
     },
     flow::{FlowEntry, FlowHasher, counted_flows, with_counted_flows},
     shared::{Field, Shared, join, move_clock},
@@ -63,16 +63,7 @@ const _: () = assert!(MULT_ONE / HOST_FLOWS_MAX == crate::fair::Level::HOSTS.mul
 /// `1/n` in Q16 for `n` in 1..=[`HOST_FLOWS_MAX`] (index 0 holds 1.0): the
 /// weight of a flow of a host with `n` bulk flows, by table, so the packet
 /// path never divides.
-const WEIGHT_Q16: [u32; HOST_FLOWS_MAX as usize + 1] = {
-    let mut t = [0u32; HOST_FLOWS_MAX as usize + 1];
-    t[0] = 1 << 16;
-    let mut n = 1;
-    while n < t.len() {
-        t[n] = ((1u32 << 16) + n as u32 / 2) / n as u32;
-        n += 1;
-    }
-    t
-};
+const WEIGHT_Q16: [u32; HOST_FLOWS_MAX as usize + 1] = reciprocals_q16(1 << 16);
 
 /// The weight in the committed count of a flow whose host has `n` bulk
 /// flows: `1/n` in Q16 ([`WEIGHT_ONE`] for `n` 0 or 1, the least for `n`
