@@ -34,6 +34,10 @@ pub const FLAG_DELIVERY_MONO: u32 = 1 << 5;
 /// Flag: clear each packet's DSCP after its tin is chosen, keeping the ECN
 /// bits (CAKE's `wash`), so that the next network sees none of ours.
 pub const FLAG_WASH: u32 = 1 << 6;
+/// Flag: under host isolation, the LAN side's host of a TCP or UDP packet
+/// is the one recorded before masquerading (`crate::nat`), when recorded:
+/// the controller then loads the program that looks it up.
+pub const FLAG_NAT: u32 = 1 << 7;
 /// The host isolation mode ([`crate::hosts::Isolation`]) sits in the
 /// three bits of `flags` from here.
 pub const FLAG_ISOLATION_SHIFT: u32 = 8;
@@ -144,6 +148,10 @@ impl PacerConfig {
         self.flags & FLAG_FAIR != 0
     }
 
+    /// Flag: under host isolation, the LAN side's host of a TCP or UDP packet
+    /// is the one recorded before masquerading (`crate::nat`), when recorded:
+    /// the controller then loads the program that looks it up.
+    pub const FLAG_NAT: u32 = 1 << 7;
     /// The host isolation mode ([`FLAG_ISOLATION_SHIFT`]); `flows` for a
     /// value no mode has.
     #[inline(always)]
@@ -212,6 +220,8 @@ mod pod {
     unsafe impl aya::Pod for crate::police::LinkState {}
     // SAFETY: as above (size asserted in `crate::hosts`).
     unsafe impl aya::Pod for crate::hosts::HostEntry {}
+    // SAFETY: as above (size asserted in `crate::nat`).
+    unsafe impl aya::Pod for crate::nat::NatKey {}
     // SAFETY: as above (size asserted in `crate::tins`).
     unsafe impl aya::Pod for crate::tins::TinState {}
     // SAFETY: as above (size asserted in `crate::tins`).

@@ -81,11 +81,17 @@ pub enum Counter {
     PoliceOverloadDrop,
     /// Packets whose DSCP `--wash` cleared.
     Washed,
+    /// Under `--nat`, TCP or UDP packets over IPv4 whose LAN host was
+    /// found in the record of the LAN side (`crate::nat`).
+    NatFound,
+    /// Under `--nat`, TCP or UDP packets over IPv4 whose connection the
+    /// LAN side has not recorded: weighed by their own addresses.
+    NatMissed,
 }
 
 impl Counter {
     /// Number of counters; the array's size.
-    pub const COUNT: u32 = Counter::Washed as u32 + 1;
+    pub const COUNT: u32 = Counter::NatMissed as u32 + 1;
 
     /// All counters in index order.
     pub const ALL: [Counter; Counter::COUNT as usize] = [
@@ -120,6 +126,8 @@ impl Counter {
         Counter::PoliceEarlyDrop,
         Counter::PoliceOverloadDrop,
         Counter::Washed,
+        Counter::NatFound,
+        Counter::NatMissed,
     ];
 
     /// Stable snake_case name, used by `shaper status` and exporters.
@@ -156,6 +164,8 @@ impl Counter {
             Counter::PoliceEarlyDrop => "police_early_drop",
             Counter::PoliceOverloadDrop => "police_overload_drop",
             Counter::Washed => "washed",
+            Counter::NatFound => "nat_found",
+            Counter::NatMissed => "nat_missed",
         }
     }
 }

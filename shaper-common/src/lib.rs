@@ -22,6 +22,7 @@ pub mod fair;
 pub mod flow;
 pub mod framing;
 pub mod hosts;
+pub mod nat;
 pub mod observe;
 pub mod police;
 pub mod rate;
@@ -65,6 +66,10 @@ pub mod maps {
     /// `Array<u32>` with one entry: the ifindex `shaper_redirect` sends
     /// every packet to (the IFB of `--ingress-mode ifb`); 0 passes.
     pub const REDIRECT: &str = "SHAPER_REDIRECT";
+    /// `LruHashMap<NatKey, u32>`: the LAN host behind each masqueraded
+    /// connection ([`crate::nat`]), shared by the LAN classifiers and the
+    /// pacers over hosts of one `--nat` run.
+    pub const NAT: &str = "SHAPER_NAT";
     /// `PerCpuArray<u64>` indexed by position in
     /// [`crate::calls::HELPERS`]: the benchmark's helper-call counts.
     pub const HELPER_CALLS: &str = "SHAPER_HELPER_CALLS";
@@ -82,11 +87,18 @@ pub const EGRESS_PROGRAM: &str = "shaper_egress";
 /// Name of the egress classifier with host isolation in the object file.
 pub const EGRESS_HOSTS_PROGRAM: &str = "shaper_egress_hosts";
 
+/// Name of the egress classifier with host isolation through masquerading
+/// (`--nat`, [`nat`]) in the object file.
+pub const EGRESS_HOSTS_NAT_PROGRAM: &str = "shaper_egress_hosts_nat";
+
 /// Name of the ingress policer program (`police` mode) in the object file.
 pub const POLICE_PROGRAM: &str = "shaper_police";
 
 /// Name of the ingress program that redirects to the IFB (`ifb` mode).
 pub const REDIRECT_PROGRAM: &str = "shaper_redirect";
+
+/// Name of the LAN-side classifier of `--nat` ([`nat`]) in the object file.
+pub const NAT_LAN_PROGRAM: &str = "shaper_nat_lan";
 
 /// Name of a classifier that only passes packets, the benchmark's baseline.
 pub const PASSTHROUGH_PROGRAM: &str = "shaper_passthrough";

@@ -12,7 +12,9 @@
 //! `shaper_egress_hosts` is the same classifier with host isolation: the
 //! fair pacer over hosts (`shaper_common::hosts`, the hosts' state in
 //! `crate::hosts`). A program of its own, so that the verifier walks the
-//! host lookups only where they are used.
+//! host lookups only where they are used; likewise
+//! `shaper_egress_hosts_nat`, which finds the LAN host through masquerading
+//! (`crate::nat`).
 //!
 //! A GSO super-packet is charged its wire length: every segment repeats the
 //! headers.
@@ -58,7 +60,7 @@ use crate::{
 
 #[classifier]
 pub fn shaper_egress(ctx: TcContext) -> i32 {
-    match try_shaper_egress::<false>(&ctx) {
+    match try_shaper_egress::<false, false>(&ctx) {
         Ok(verdict) | Err(verdict) => verdict,
     }
 }
@@ -68,7 +70,18 @@ pub fn shaper_egress(ctx: TcContext) -> i32 {
 /// pacer's carries no host lookups for the verifier to walk.
 #[classifier]
 pub fn shaper_egress_hosts(ctx: TcContext) -> i32 {
-    match try_shaper_egress::<true>(&ctx) {
+    match try_shaper_egress::<true, false>(&ctx) {
+        Ok(verdict) | Err(verdict) => verdict,
+    }
+}
+
+/// The egress classifier with host isolation through masquerading
+/// (`--nat`, `crate::nat`): the LAN side's host is the one the LAN
+/// classifier recorded. A program of its own, so that the verifier walks
+/// the lookup only where it is used.
+#[classifier]
+pub fn shaper_egress_hosts_nat(ctx: TcContext) -> i32 {
+    match try_shaper_egress::<true, true>(&ctx) {
         Ok(verdict) | Err(verdict) => verdict,
     }
 }
@@ -80,7 +93,7 @@ pub fn shaper_passthrough(_ctx: TcContext) -> i32 {
 }
 
 #[inline(always)]
-fn try_shaper_egress<const HOSTS: bool>(ctx: &TcContext) -> Result<i32, i32> {
+fn try_shaper_egress<const HOSTS: bool, const NAT: bool>(ctx: &TcContext) -> Result<i32, i32> {
     let len = ctx.len();
     count(Counter::Packets, 1);
     count(Counter::Bytes, u64::from(len));
@@ -125,7 +138,7 @@ fn try_shaper_egress<const HOSTS: bool>(ctx: &TcContext) -> Result<i32, i32> {
             tx_ns: tx_time_ns,
             skb_tstamp_ns,
         };
-        return fair::<HOSTS>(ctx, config, class, &rolled, veil, priced);
+        return fair::<HOSTS, NAT>(ctx, config, class, &rolled, veil, priced);
     }
     // SAFETY: bpf_ktime_get_ns has no preconditions.
     let now_ns = unsafe { bpf_ktime_get_ns() };
@@ -140,9 +153,10 @@ fn try_shaper_egress<const HOSTS: bool>(ctx: &TcContext) -> Result<i32, i32> {
 }
 
 /// The fair pacer, on the shared state `rolled` to this packet's epoch,
-/// over hosts with `HOSTS`. A truncated frame (no key) is paced as flow 0.
+/// over hosts with `HOSTS`, through NAT with `NAT`. A truncated frame (no
+/// key) is paced as flow 0.
 #[inline(always)]
-fn fair<const HOSTS: bool>(
+fn fair<const HOSTS: bool, const NAT: bool>(
     ctx: &TcContext,
     config: &PacerConfig,
     class: Class,
@@ -172,7 +186,7 @@ fn fair<const HOSTS: bool>(
         Selectors::of(Isolation::Flows, true)
     };
     let keys = if HOSTS {
-        host_keys(ctx, &class.ecn, config.hash_seed, tin, veil)
+        host_keys::<NAT>(ctx, &class, config, tin, veil)
     } else {
         HostKeys { src: 0, dst: 0 }
     };

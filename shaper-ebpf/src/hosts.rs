@@ -1,8 +1,9 @@
 //! The egress pacer's host level (`shaper_common::hosts`): each packet's
 //! source and destination hosts, keyed from its IP header, and the hosts'
 //! state in an LRU hash map, which forgets the hosts longest unseen when
-//! full. Only the `shaper_egress_hosts` program uses it; the flow pacer's
-//! program has no host lookups.
+//! full. Only the programs over hosts (`shaper_egress_hosts`, and
+//! `shaper_egress_hosts_nat`, which finds the LAN host through `crate::nat`)
+//! use it; the flow pacer's program has no host lookups.
 //!
 //! A frame without an IP header, or too short to hold 40 bytes from it, is
 //! one host on each side. Keys are hashes
@@ -15,7 +16,7 @@ use shaper_common::{
     hosts::{HostEntry, Selectors, Side, host_key},
 };
 
-use crate::{parse::Ecn, veil::Veil};
+use crate::{nat::through_nat, parse::Class, veil::Veil};
 
 /// Hosts whose state is kept at once, per tin and side.
 pub(crate) const HOST_ENTRIES: u32 = 16_384;
@@ -34,17 +35,33 @@ pub(crate) struct HostKeys {
 }
 
 /// The keys of the packet's hosts in tin `tin`, veiled: every header shape
-/// ends in one verifier state.
+/// ends in one verifier state. With `NAT` the LAN side's IPv4 host is the
+/// one recorded before masquerading (`crate::nat`).
 #[inline(always)]
-pub(crate) fn host_keys(ctx: &TcContext, ecn: &Ecn, seed: u64, tin: usize, veil: Veil) -> HostKeys {
+pub(crate) fn host_keys<const NAT: bool>(
+    ctx: &TcContext,
+    class: &Class,
+    config: &PacerConfig,
+    tin: usize,
+    veil: Veil,
+) -> HostKeys {
+    let (ecn, seed) = (&class.ecn, config.hash_seed);
     // One load of the same size for both versions, so that the paths differ
-    // only in which words they hash: IPv4's addresses are words 3 and 4,
-    // IPv6's words 2 to 5 and 6 to 9. A frame too short for it is one host.
+    // only in which words they hash: IPv4's addresses are words 3 and 4 (and
+    // its ports word 5 after a header without options), IPv6's words 2 to 5
+    // and 6 to 9. A frame too short for it is one host.
     let (src, dst) = match ctx.load::<[u32; 10]>(ecn.l3_off as usize) {
-        Ok(w) if ecn.present && ecn.ipv4 => (
-            host_key(seed, Side::Src, tin, &w[3..4]),
-            host_key(seed, Side::Dst, tin, &w[4..5]),
-        ),
+        Ok(w) if ecn.present && ecn.ipv4 => {
+            let (s, d) = if NAT {
+                through_nat(config, class, (w[3], w[4], w[5]))
+            } else {
+                (w[3], w[4])
+            };
+            (
+                host_key(seed, Side::Src, tin, &[s]),
+                host_key(seed, Side::Dst, tin, &[d]),
+            )
+        }
         Ok(w) if ecn.present => (
             host_key(seed, Side::Src, tin, &w[2..6]),
             host_key(seed, Side::Dst, tin, &w[6..10]),

@@ -26,6 +26,8 @@ mod hosts;
 #[cfg(target_arch = "bpf")]
 mod maps;
 #[cfg(target_arch = "bpf")]
+mod nat;
+#[cfg(target_arch = "bpf")]
 mod observe;
 #[cfg(target_arch = "bpf")]
 mod parse;

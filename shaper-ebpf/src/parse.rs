@@ -191,6 +191,56 @@ fn dscp_of<F: Frame>(f: &F, ctx: &TcContext, has_l2: bool) -> Result<u8, Truncat
     })
 }
 
+/// An IPv4 TCP or UDP packet as the NAT record keys it
+/// (`shaper_common::nat`): address words, ports' word and protocol, each
+/// as loaded (network byte order).
+#[derive(Clone, Copy)]
+pub struct Ipv4Ports {
+    /// The source address.
+    pub src: u32,
+    /// The destination address.
+    pub dst: u32,
+    /// The source port in the first two bytes, the destination's in the
+    /// last two.
+    pub ports: u32,
+    /// The IP protocol.
+    pub proto: u8,
+}
+
+/// The frame's [`Ipv4Ports`], through the link and VLAN headers as
+/// [`classify`] walks them; `None` for other frames, non-first fragments,
+/// protocols without ports and frames cut short. The LAN side's parse,
+/// which needs no flow key.
+#[inline(always)]
+pub fn ipv4_ports(ctx: &TcContext, has_l2: bool) -> Option<Ipv4Ports> {
+    ipv4_ports_of(&Skb(ctx), ctx, has_l2).ok().flatten()
+}
+
+#[inline(always)]
+fn ipv4_ports_of<F: Frame>(
+    f: &F,
+    ctx: &TcContext,
+    has_l2: bool,
+) -> Result<Option<Ipv4Ports>, Truncated> {
+    let (proto, off, _) = link_header(f, ctx, has_l2, None)?;
+    if proto != ETH_P_IP {
+        return Ok(None);
+    }
+    let hdr: [u8; 20] = f.read(off)?;
+    let ihl = usize::from(hdr[0] & 0x0f) * 4;
+    let frag = u16::from_be_bytes([hdr[6], hdr[7]]);
+    let proto = hdr[9];
+    if ihl < 20 || frag & 0x1fff != 0 || !shaper_common::nat::has_ports(proto) {
+        return Ok(None);
+    }
+    Ok(Some(Ipv4Ports {
+        src: u32::from_ne_bytes([hdr[12], hdr[13], hdr[14], hdr[15]]),
+        dst: u32::from_ne_bytes([hdr[16], hdr[17], hdr[18], hdr[19]]),
+        ports: f.read::<u32>(off + ihl)?,
+        proto,
+    }))
+}
+
 /// The link header and its VLAN tags: the network protocol, where its
 /// header starts, and whether a tag was there. With `h`, the outer tag's
 /// VLAN id goes into the flow key. On a device without a link-layer

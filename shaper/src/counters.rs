@@ -167,7 +167,7 @@ mod tests {
     fn every_counter_is_there_by_index_and_by_name() {
         let s = CounterSnapshot::from_fn(|c| u64::from(c.index()) * 10);
         assert_eq!(s.get(Counter::Packets), 0);
-        assert_eq!(s[Counter::Washed], u64::from(Counter::COUNT - 1) * 10);
+        assert_eq!(s[Counter::NatMissed], u64::from(Counter::COUNT - 1) * 10);
         let named = s.named();
         assert_eq!(named.len(), Counter::COUNT as usize);
         assert_eq!(named[1], ("bytes", 10));

@@ -1,0 +1,80 @@
+//! Host isolation through masquerading (`shaper_common::nat`): the map of
+//! LAN hosts by connection, the LAN-side classifier that fills it, and the
+//! lookup the pacer over hosts makes in it.
+//!
+//! `shaper_nat_lan` runs at the ingress of each LAN interface, before the
+//! router's SNAT, and never changes a packet or its verdict. It writes an
+//! entry only when the connection is new or its LAN host changed, so a
+//! busy connection costs a lookup per packet, not a write.
+//!
+//! One map serves one `--nat` run: the controller pins it and every object
+//! of the run (the WAN's pacer, the IFB's pacer, each LAN's classifier)
+//! loads with it. A connection not found is weighed by its own addresses.
+
+use aya_ebpf::{macros::classifier, macros::map, maps::LruHashMap, programs::TcContext};
+use shaper_common::{
+    config::{FLAG_DELIVERY_MONO, FLAG_NO_L2, PacerConfig},
+    counters::Counter,
+    hosts::Side,
+    nat::{NAT_ENTRIES, NatKey, has_ports, lan_key, lan_side, wan_key},
+};
+
+use crate::{
+    hook::TC_ACT_UNSPEC,
+    maps::{CONFIG, count_either},
+    parse::{Class, ipv4_ports},
+};
+
+/// The LAN host's IPv4 address word by connection.
+#[map(name = "SHAPER_NAT")]
+pub static NAT: LruHashMap<NatKey, u32> = LruHashMap::with_max_entries(NAT_ENTRIES, 0);
+
+#[classifier]
+pub fn shaper_nat_lan(ctx: TcContext) -> i32 {
+    record(&ctx);
+    TC_ACT_UNSPEC
+}
+
+/// Records the LAN host of the packet's connection, when it has ports.
+#[inline(always)]
+fn record(ctx: &TcContext) {
+    let has_l2 = CONFIG.get(0).is_none_or(|c| c.flags & FLAG_NO_L2 == 0);
+    let Some(p) = ipv4_ports(ctx, has_l2) else {
+        return;
+    };
+    let key = lan_key(p.dst, p.ports, p.proto);
+    // SAFETY: the pointer comes from the map lookup and stays valid for
+    // this program run; a racing writer stores a whole u32.
+    let known = NAT.get_ptr(&key).map(|v| unsafe { v.read_volatile() });
+    if known != Some(p.src) {
+        // A full map forgets its least recently used connection.
+        let _ = NAT.insert(&key, &p.src, 0);
+    }
+}
+
+/// The packet's address words `(src, dst)` with the LAN side's replaced
+/// by the recorded LAN host: on egress an upload's source, on an IFB fed
+/// from ingress a download's destination. `words` are the source's, the
+/// destination's and the word after a 20-byte IPv4 header (the ports);
+/// packets with options or without ports are not looked up.
+#[inline(always)]
+pub(crate) fn through_nat(
+    config: &PacerConfig,
+    class: &Class,
+    words: (u32, u32, u32),
+) -> (u32, u32) {
+    let (src, dst, ports) = words;
+    if !has_ports(class.l4_proto) || class.ports_off != class.ecn.l3_off + 20 {
+        return (src, dst);
+    }
+    let upload = config.flags & FLAG_DELIVERY_MONO == 0;
+    let key = wan_key(upload, src, dst, ports, class.l4_proto);
+    // SAFETY: as in `record`.
+    let found = NAT.get_ptr(&key).map(|v| unsafe { v.read_volatile() });
+    count_either(found.is_some(), Counter::NatFound, Counter::NatMissed, 1);
+    match (found, lan_side(upload)) {
+        (Some(lan), Side::Src) => (lan, dst),
+        (Some(lan), Side::Dst) => (src, lan),
+        (None, _) => (src, dst),
+    }
+}
