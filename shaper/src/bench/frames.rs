@@ -59,6 +59,20 @@ pub fn tcp_frame(index: u32, len: usize, ecn: Ecn) -> Vec<u8> {
     f
 }
 
+/// The frame of flow `index` from a host of its own: [`tcp_frame`] with
+/// the source address `10.0.0.0 + index` (the mix for the pacer over
+/// hosts, where each host then has one flow).
+pub fn host_frame(index: u32, len: usize, ecn: Ecn) -> Vec<u8> {
+    let mut f = tcp_frame(index, len, ecn);
+    let ip = 14;
+    let src = 0x0a00_0000u32.wrapping_add(index);
+    f[ip + 12..ip + 16].copy_from_slice(&src.to_be_bytes());
+    f[ip + 10..ip + 12].copy_from_slice(&[0, 0]);
+    let csum = internet_checksum(&f[ip..ip + 20]);
+    f[ip + 10..ip + 12].copy_from_slice(&csum.to_be_bytes());
+    f
+}
+
 /// The RFC 1071 one's-complement checksum of `bytes`.
 fn internet_checksum(bytes: &[u8]) -> u16 {
     let mut sum: u32 = 0;

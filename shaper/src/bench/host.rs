@@ -68,6 +68,11 @@
 //!   - `flow_mix_10k_framed`: `flow_mix_10k` with the link's framing on
 //!     (`pppoe-llcsnap`: 40 bytes, ATM cells), at the rate that gives the
 //!     framed frame the same transmission time: the cost of the framing.
+//!   - `hosts_flow_mix_10k`, `hosts_nat_flow_mix_10k`: `flow_mix_10k`
+//!     through the pacer over hosts (`dual-srchost`), each flow from a host
+//!     of its own (so each is paced as on the flow pacer), and through its
+//!     NAT program, whose lookups all miss: the cost of the host level and
+//!     of the lookup.
 //!   - `aggregate_flow_mix_10k`, the anchor: the same tuples through the
 //!     aggregate pacer (one clock for every flow, Cilium's design), `repeat`
 //!     per call, each round starting with the clock at now. A frame takes
@@ -95,9 +100,10 @@ use std::{
 
 use serde::Serialize;
 use shaper_common::{
-    config::{DEFAULT_SAMPLE_EVERY, FLAG_FAIR, FLAG_TELEMETRY, sample_threshold},
+    config::{DEFAULT_SAMPLE_EVERY, FLAG_FAIR, FLAG_NAT, FLAG_TELEMETRY, sample_threshold},
     counters::Counter,
     framing::Framing,
+    hosts::Isolation,
     rate::{MAX_RATE_BYTES_PER_S, ScaledRate},
 };
 use tracing::{info, warn};
@@ -107,7 +113,7 @@ pub use super::loaded::BenchError;
 pub use super::measure::{HostOptions, PathResult};
 use super::{
     concurrency::{self, ConcurrencyReport},
-    frames::{Ecn, tcp_frame},
+    frames::{Ecn, host_frame, tcp_frame},
     loaded::{Bench, Prog, ProgramSize},
     measure::{Measured, PathSpec, mix_chunk, rate_for, result, single_calls, spread, warm_up},
 };
@@ -355,6 +361,28 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     )?;
     info!(ns = framed.ns_per_packet, "flow mix, paced, framed");
     paths.insert("flow_mix_10k_framed", framed);
+    // The pacer over hosts (dual-srchost), each flow from a host of its
+    // own so that it is paced as on the flow pacer's mix, then with the NAT
+    // lookup, which misses here: no LAN side recorded the flows.
+    let host_frames: Vec<Vec<u8>> = (0..opts.flows)
+        .map(|i| host_frame(i, len, Ecn::NotEct))
+        .collect();
+    for (prog, name, nat) in [
+        (Prog::Hosts, "hosts_flow_mix_10k", 0),
+        (Prog::HostsNat, "hosts_nat_flow_mix_10k", FLAG_NAT),
+    ] {
+        b.prepare(rate, |c| {
+            c.set_isolation(Isolation::DualSrcHost);
+            c.flags |= nat;
+        })?;
+        let r = flow_mix(&b, prog, &host_frames, opts, rate, Some(tx_ns), mix_pass)?;
+        info!(
+            ns = r.ns_per_packet,
+            path = name,
+            "flow mix, paced, over hosts"
+        );
+        paths.insert(name, r);
+    }
     // The ingress policer on the same mix: at 1 Tbit/s (every flow and the
     // virtual link idle: the pass path), and at the paced mix's rate, where
     // the virtual link runs behind and its CoDel signals flows (drops, and

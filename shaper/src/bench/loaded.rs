@@ -1,5 +1,6 @@
-//! The object the host part measures, loaded once: the egress classifier,
-//! the passthrough and the policer as program descriptors for
+//! The object the host part measures, loaded once: the egress classifier
+//! (the flow pacer, and the pacer over hosts without and with the NAT
+//! lookup), the passthrough and the policer as program descriptors for
 //! `BPF_PROG_TEST_RUN`, and the maps a path sets up before it runs (see
 //! `host` for the method). `prepare` puts every map in the state a path
 //! starts from: the fair pacer's defaults at a chosen rate with a fixed hash
@@ -19,7 +20,8 @@ use aya::{
     programs::ProgramFd,
 };
 use shaper_common::{
-    EGRESS_PROGRAM, PASSTHROUGH_PROGRAM, POLICE_PROGRAM, TELEMETRY_PROGRAM,
+    EGRESS_HOSTS_NAT_PROGRAM, EGRESS_HOSTS_PROGRAM, EGRESS_PROGRAM, PASSTHROUGH_PROGRAM,
+    POLICE_PROGRAM, TELEMETRY_PROGRAM,
     config::{AggregateState, PacerConfig},
     fair::FairState,
     flow::FlowSet,
@@ -105,6 +107,10 @@ pub(super) type Counts = CounterSnapshot;
 #[derive(Clone, Copy)]
 pub(super) enum Prog {
     Egress,
+    /// The pacer over hosts.
+    Hosts,
+    /// The pacer over hosts through NAT.
+    HostsNat,
     Pass,
     Police,
 }
@@ -115,6 +121,8 @@ pub(super) struct Bench {
     /// The helper-call counters, while attached.
     calls: Option<Counters>,
     egress: ProgramFd,
+    hosts: ProgramFd,
+    hosts_nat: ProgramFd,
     pass: ProgramFd,
     police: ProgramFd,
     police_link: Array<MapData, LinkState>,
@@ -130,6 +138,8 @@ impl Bench {
     pub(super) fn load(sets: u32) -> Result<Self, BenchError> {
         let mut ebpf = bpf::load::open(sets, &[])?;
         let egress = bpf::load::program_fd(&mut ebpf, EGRESS_PROGRAM)?;
+        let hosts = bpf::load::program_fd(&mut ebpf, EGRESS_HOSTS_PROGRAM)?;
+        let hosts_nat = bpf::load::program_fd(&mut ebpf, EGRESS_HOSTS_NAT_PROGRAM)?;
         let pass = bpf::load::program_fd(&mut ebpf, PASSTHROUGH_PROGRAM)?;
         let police = bpf::load::program_fd(&mut ebpf, POLICE_PROGRAM)?;
         bpf::load::load_telemetry(&mut ebpf)?;
@@ -143,6 +153,8 @@ impl Bench {
             ebpf,
             calls: None,
             egress,
+            hosts,
+            hosts_nat,
             pass,
             police,
             sets,
@@ -235,7 +247,13 @@ impl Bench {
     /// (`xlated`), and the instructions the verifier processed to accept it.
     pub(super) fn program_sizes(&mut self) -> BTreeMap<&'static str, ProgramSize> {
         let mut sizes = BTreeMap::new();
-        for name in [EGRESS_PROGRAM, POLICE_PROGRAM, TELEMETRY_PROGRAM] {
+        for name in [
+            EGRESS_PROGRAM,
+            EGRESS_HOSTS_PROGRAM,
+            EGRESS_HOSTS_NAT_PROGRAM,
+            POLICE_PROGRAM,
+            TELEMETRY_PROGRAM,
+        ] {
             let Ok(prog) = bpf::load::classifier(&mut self.ebpf, name) else {
                 continue;
             };
@@ -260,6 +278,8 @@ impl Bench {
     pub(super) fn fd(&self, prog: Prog) -> BorrowedFd<'_> {
         match prog {
             Prog::Egress => self.egress.as_fd(),
+            Prog::Hosts => self.hosts.as_fd(),
+            Prog::HostsNat => self.hosts_nat.as_fd(),
             Prog::Pass => self.pass.as_fd(),
             Prog::Police => self.police.as_fd(),
         }
@@ -281,6 +301,8 @@ pub(super) fn call_on(
 ) -> Result<f64, BenchError> {
     let name = match prog {
         Prog::Egress => EGRESS_PROGRAM,
+        Prog::Hosts => EGRESS_HOSTS_PROGRAM,
+        Prog::HostsNat => EGRESS_HOSTS_NAT_PROGRAM,
         Prog::Pass => PASSTHROUGH_PROGRAM,
         Prog::Police => POLICE_PROGRAM,
     };

@@ -22,7 +22,7 @@
 //! `aggregate_own_ns`, `own_cost_ratio`, `verdict_fractions`,
 //! `paths.{unpaced, paced, aqm_drop, horizon_drop, flow_mix_10k,
 //! flow_mix_10k_unpaced, flow_mix_10k_telemetry, flow_mix_10k_framed,
-//! aggregate_flow_mix_10k,
+//! hosts_flow_mix_10k, hosts_nat_flow_mix_10k, aggregate_flow_mix_10k,
 //! police_flow_mix_10k, police_flow_mix_10k_unpaced}`,
 //! `helper_calls_per_packet` (the paced mix, counted by fentry programs in
 //! an untimed pass; null with `helper_calls_error` where the kernel refuses
