@@ -10,7 +10,9 @@
 //! 5. install sch_fq as root (mq with fq leaves on multiqueue devices);
 //! 6. attach the egress classifier: a TCX link pinned in bpffs on kernels
 //!    with TCX (>= 6.6), else a cls_bpf filter on clsact (created if absent);
-//! 7. pin the maps so `shaper status` can read them from another process.
+//! 7. pin the maps so `shaper status` can read them from another process,
+//!    and under `--nat` the run's map of LAN hosts, unless another object
+//!    of the run pinned it first (then this object was loaded with it).
 //!
 //! The undo reverses 7..5 and removes the record, tolerating any part already
 //! gone (a vanished bpffs, a deleted interface, a dead process).
@@ -18,7 +20,7 @@
 //! Non-goals: sharing an interface with another egress shaper; this one owns
 //! the root qdisc while it runs.
 
-use std::fs;
+use std::{fs, path::Path};
 
 use aya::{
     Ebpf,
@@ -26,8 +28,8 @@ use aya::{
     programs::TcAttachType,
 };
 use shaper_common::{
-    EGRESS_HOSTS_PROGRAM, EGRESS_PROGRAM,
-    config::PacerConfig,
+    EGRESS_HOSTS_NAT_PROGRAM, EGRESS_HOSTS_PROGRAM, EGRESS_PROGRAM,
+    config::{FLAG_NAT, PacerConfig},
     fair::FairState,
     hosts::Isolation,
     maps,
@@ -62,7 +64,14 @@ pub struct Shaped {
 /// Loads the classifier and fills its configuration; the flow table gets
 /// `config.flow_sets_mask + 1` sets. Changes nothing on any interface.
 pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
-    let mut ebpf = bpf::load::open(config.flow_sets_mask.saturating_add(1), &[])?;
+    load_sharing(config, None)
+}
+
+/// As [`load`], with the map of LAN hosts of a `--nat` run taken from its
+/// pin at `nat_map` when given ([`crate::nat`]).
+pub fn load_sharing(config: &PacerConfig, nat_map: Option<&Path>) -> Result<Ebpf, AttachError> {
+    let shared: Vec<(&str, &Path)> = nat_map.map(|p| (maps::NAT, p)).into_iter().collect();
+    let mut ebpf = bpf::load::open_sharing(config.flow_sets_mask.saturating_add(1), &[], &shared)?;
     bpf::load::load_classifier(&mut ebpf, egress_program(config))?;
     bpf::load::load_telemetry(&mut ebpf)?;
     bpf::load::set_entry0(&mut ebpf, maps::CONFIG, *config)?;
@@ -74,12 +83,16 @@ pub fn load(config: &PacerConfig) -> Result<Ebpf, AttachError> {
 }
 
 /// The egress program for `config`: the pacer over hosts under host
-/// isolation, else the flow pacer (which carries no host lookups).
+/// isolation (with the NAT lookup under `--nat`), else the flow pacer
+/// (which carries no host lookups).
 pub fn egress_program(config: &PacerConfig) -> &'static str {
-    if config.fair() && config.isolation() != Isolation::Flows {
-        EGRESS_HOSTS_PROGRAM
-    } else {
-        EGRESS_PROGRAM
+    match (
+        config.fair() && config.isolation() != Isolation::Flows,
+        config.flags & FLAG_NAT != 0,
+    ) {
+        (true, true) => EGRESS_HOSTS_NAT_PROGRAM,
+        (true, false) => EGRESS_HOSTS_PROGRAM,
+        (false, _) => EGRESS_PROGRAM,
     }
 }
 
@@ -103,7 +116,14 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
     // 2-3. Load and configure.
     let pacer = config.pacer_config(link.has_l2_header);
     let program = egress_program(&pacer);
-    let mut ebpf = load(&pacer)?;
+    // A `--nat` run's map of LAN hosts: the one another object of the run
+    // pinned, or else this object's, pinned in step 7.
+    let nat_map = config.nat_map.as_deref();
+    let (shared_nat, pin_nat) = match nat_map {
+        Some(p) if p.exists() => (Some(p), None),
+        other => (None, other),
+    };
+    let mut ebpf = load_sharing(&pacer, shared_nat)?;
 
     // 4. From here on the system changes: record first.
     if ensure_bpffs(&paths.bpffs)? {
@@ -122,9 +142,12 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
         link,
         &paths,
         &mut record,
-        &config.fq_params(),
-        gso_cap,
-        program,
+        &Steps {
+            fq: config.fq_params(),
+            gso_cap,
+            program,
+            pin_nat,
+        },
     ) {
         Ok(()) => Ok(Shaped {
             record,
@@ -142,15 +165,31 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
     }
 }
 
+/// What [`attach_steps`] installs besides the link's own settings.
+struct Steps<'a> {
+    /// sch_fq's settings.
+    fq: tc::FqParams,
+    /// The GSO size for local senders ([`crate::gso`]).
+    gso_cap: u32,
+    /// The classifier.
+    program: &'a str,
+    /// Where to pin the map of LAN hosts, when this object's is the run's.
+    pin_nat: Option<&'a Path>,
+}
+
 fn attach_steps(
     ebpf: &mut Ebpf,
     link: &Link,
     paths: &Paths,
     record: &mut Record,
-    fq: &tc::FqParams,
-    gso_cap: u32,
-    program_name: &str,
+    steps: &Steps<'_>,
 ) -> Result<(), AttachError> {
+    let Steps {
+        ref fq,
+        gso_cap,
+        program: program_name,
+        pin_nat,
+    } = *steps;
     let iface = link.name.as_str();
     // 4b. Local senders' GSO size ([`crate::gso`]). Recorded first; restoring
     // sizes that were never changed is harmless.
@@ -210,6 +249,15 @@ fn attach_steps(
             .map(name)
             .ok_or_else(|| pin_err("find map for", &path, name))?;
         map.pin(&path).map_err(|e| pin_err("pin", &path, e))?;
+    }
+    if let Some(path) = pin_nat {
+        if let Some(dir) = path.parent() {
+            fs::create_dir_all(dir).map_err(|e| pin_err("create", dir, e))?;
+        }
+        let map: &Map = ebpf
+            .map(maps::NAT)
+            .ok_or_else(|| pin_err("find map for", path, maps::NAT))?;
+        map.pin(path).map_err(|e| pin_err("pin", path, e))?;
     }
     info!(
         iface,

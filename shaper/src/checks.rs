@@ -61,6 +61,21 @@ pub enum CheckError {
         /// The interface.
         iface: String,
     },
+    /// `--lan` names the interface being shaped.
+    #[error(
+        "--lan {lan} is the interface being shaped: --lan names the LAN side, the interfaces the \
+         masqueraded hosts are on (e.g. br-lan), and --iface the WAN"
+    )]
+    LanIsShaped {
+        /// The interface.
+        lan: String,
+    },
+    /// `--lan` names one interface twice.
+    #[error("--lan {lan} is given twice: name each LAN interface once")]
+    LanTwice {
+        /// The interface.
+        lan: String,
+    },
     /// The kernel lacks sch_fq.
     #[error(
         "this kernel ({release}) has no sch_fq, the qdisc that holds packets until the departure \

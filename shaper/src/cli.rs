@@ -169,6 +169,16 @@ pub struct RunArgs {
     /// policer isolates flows only.
     #[arg(long, value_enum, value_name = "MODE")]
     pub isolate: Option<crate::pacer::IsolateArg>,
+    /// Host isolation through masquerading (CAKE's `nat`): a connection's
+    /// LAN host, recorded on the LAN side before the router's SNAT, is its
+    /// host on the upload and the download. Needs --lan and an --isolate
+    /// mode with hosts.
+    #[arg(long)]
+    pub nat: bool,
+    /// A LAN interface whose hosts the router masquerades; repeat for
+    /// each (with --nat).
+    #[arg(long = "lan", value_name = "IF", requires = "nat")]
+    pub lans: Vec<String>,
     /// The link's framing: `--framing`, `--overhead`, `--mpu`.
     #[command(flatten)]
     pub framing: crate::pacer::FramingArgs,

@@ -14,6 +14,7 @@ use crate::{
     hook::AttachError,
     ingress::{self, IngressMode},
     link::{Link, link_by_name},
+    nat,
     state::{self, Paths, Record, Roots},
     status, tc,
     telemetry::{self, Output, Pipeline, PipelineOptions},
@@ -92,12 +93,26 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
         None => None,
     };
+    let isolates = args
+        .isolate
+        .is_some_and(|i| Isolation::from(i) != Isolation::Flows);
+    match (args.nat, args.lans.is_empty(), isolates) {
+        (true, true, _) => return Err(ConfigError::NatWithoutLan.into()),
+        (true, false, false) => return Err(ConfigError::NatWithoutHosts.into()),
+        _ => {}
+    }
     Capabilities::current()?.check()?;
     let link = link_by_name(&args.iface)?;
     checks::check_link(&link)?;
     let netns = state::current_netns()?;
     let paths = Roots::default().paths(&link.name, netns);
     check_not_shaped(&link, &paths)?;
+    let lans = nat::check_lans(&args.lans, &link.name)?;
+    let nat_map = args.nat.then(|| crate::pins::nat_map(&paths));
+    let (mut egress, mut ingress) = (egress, ingress);
+    for c in egress.iter_mut().chain(ingress.iter_mut()) {
+        c.nat_map.clone_from(&nat_map);
+    }
     let ifb = ingress
         .as_ref()
         .filter(|_| args.ingress_mode == IngressMode::Ifb);
@@ -146,6 +161,13 @@ pub fn run(args: RunArgs) -> Result<()> {
                 }
             }
             None => None,
+        };
+        // The LAN side of --nat, once the pacers that read its map are in
+        // place; a failure is undone by the guard, whose record names
+        // each step.
+        let _lan_classifiers = match guard.armed.as_mut() {
+            Some((record, paths)) if args.nat => nat::attach(&lans, paths, record)?,
+            _ => Vec::new(),
         };
         // In JSON mode stdout carries only records.
         let say = |msg: String| {

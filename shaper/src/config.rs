@@ -41,6 +41,19 @@ pub enum ConfigError {
         /// The mode given.
         mode: &'static str,
     },
+    /// `--nat` without the LAN interfaces it records on.
+    #[error(
+        "--nat reads each connection's LAN host on the LAN side, before masquerading: name the \
+         LAN interfaces with --lan IF (e.g. --lan br-lan; repeat it for each)"
+    )]
+    NatWithoutLan,
+    /// `--nat` where no direction isolates hosts, so nothing would use it.
+    #[error(
+        "--nat changes which host a packet counts for, and host isolation is off: add --isolate \
+         with a mode that has hosts (dual-srchost for the upload, dual-dsthost or triple-isolate \
+         for both directions)"
+    )]
+    NatWithoutHosts,
 }
 
 /// What `shaper run` shapes and how.
@@ -60,6 +73,9 @@ pub struct RunConfig {
     /// The interface is an IFB fed from another's ingress (`ifb` mode):
     /// the pacer sets `FLAG_DELIVERY_MONO`.
     pub from_ingress: bool,
+    /// `--nat`: where the run's map of LAN hosts is pinned (`crate::nat`);
+    /// the pacer sets `FLAG_NAT`.
+    pub nat_map: Option<std::path::PathBuf>,
 }
 
 impl RunConfig {
@@ -89,6 +105,7 @@ impl RunConfig {
             pacer,
             sample_every: None,
             from_ingress: false,
+            nat_map: None,
         })
     }
 
@@ -158,6 +175,9 @@ impl RunConfig {
         }
         if self.from_ingress {
             c.flags |= shaper_common::config::FLAG_DELIVERY_MONO;
+        }
+        if self.nat_map.is_some() {
+            c.flags |= shaper_common::config::FLAG_NAT;
         }
         c
     }

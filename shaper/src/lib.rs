@@ -3,7 +3,7 @@
 //!
 //! Data path, top to bottom: `cli` → `config` (validated) → `checks`
 //! (nothing changed yet) → `attach` and `ingress` (qdisc snapshot, sch_fq,
-//! the classifiers at their `hook`s, `pins`) → `status` (`counters`) →
+//! the classifiers at their `hook`s, `pins`; `nat` on the LAN side) → `status` (`counters`) →
 //! `undo`, on exit or from `cleanup` (restore exactly).
 
 pub mod attach;
@@ -22,6 +22,7 @@ pub mod ifb;
 pub mod ingress;
 pub mod lab;
 pub mod link;
+pub mod nat;
 pub mod observe;
 pub mod pacer;
 pub mod pins;

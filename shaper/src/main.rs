@@ -24,6 +24,7 @@ fn exit_code(err: &anyhow::Error) -> i32 {
                 .downcast_ref::<shaper::telemetry::TelemetryError>()
                 .is_some_and(shaper::telemetry::TelemetryError::is_usage_error)
             || cause.is::<shaper::lab::cli::LabUsageError>()
+            || cause.is::<shaper::nat::LanCheckError>()
             || matches!(
                 cause.downcast_ref::<shaper::bench::host::BenchError>(),
                 Some(shaper::bench::host::BenchError::Invalid(_))

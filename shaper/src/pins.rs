@@ -44,6 +44,24 @@ pub const POLICE_LINK: &str = "police_link";
 /// The redirect target's pin (`ifb` mode).
 pub const REDIRECT: &str = "redirect";
 
+/// Where a `--nat` run's shared pins live: the map of LAN hosts
+/// ([`nat_map`]) and the LAN classifiers' TCX links ([`lan_link`]). A
+/// directory of its own, so that clearing the pin directory's files
+/// leaves the map every object of the run shares.
+pub fn nat_dir(paths: &Paths) -> PathBuf {
+    paths.pin_dir.join("nat")
+}
+
+/// The map of LAN hosts of a `--nat` run.
+pub fn nat_map(paths: &Paths) -> PathBuf {
+    nat_dir(paths).join("map")
+}
+
+/// The TCX link of the LAN classifier on `lan`.
+pub fn lan_link(paths: &Paths, lan: &str) -> PathBuf {
+    nat_dir(paths).join(format!("lan-{lan}"))
+}
+
 /// Where the ingress program's pins live.
 pub fn ingress_dir(paths: &Paths) -> PathBuf {
     paths.pin_dir.join("ingress")

@@ -264,6 +264,21 @@ pub struct IfbRecord {
     pub ifindex: u32,
 }
 
+/// A LAN interface of `--nat`, where the LAN-side classifier runs at
+/// ingress ([`crate::nat`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LanRecord {
+    /// Its name.
+    pub name: String,
+    /// Its index when attached.
+    pub ifindex: u32,
+    /// The shaper created its clsact qdisc (and so removes it).
+    pub created_clsact: bool,
+    /// How the classifier is attached; `None` until it is. A TCX link is
+    /// pinned in the run's NAT directory ([`crate::pins::lan_link`]).
+    pub attach: Option<AttachMode>,
+}
+
 /// What one `shaper run` did to one interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
@@ -293,6 +308,9 @@ pub struct Record {
     pub gso_before: Option<GsoSizes>,
     /// Ingress shaping, when asked for (`--ingress-rate`).
     pub ingress: Option<IngressRecord>,
+    /// `--nat`: the LAN interfaces, each recorded before its classifier is
+    /// attached.
+    pub lans: Vec<LanRecord>,
 }
 
 const MAGIC_LINE: &str = "shaper-state 1";
@@ -312,6 +330,7 @@ impl Record {
             restoring_root: false,
             gso_before: None,
             ingress: None,
+            lans: Vec::new(),
         }
     }
 
@@ -345,6 +364,19 @@ impl Record {
             if let Some(ifb) = &i.ifb {
                 kv("ingress_ifb", format!("{}:{}", ifb.name, ifb.ifindex));
             }
+        }
+        for (i, lan) in self.lans.iter().enumerate() {
+            // Interface names hold no ':', so the name ends at the first.
+            kv(
+                &format!("lan.{i}"),
+                format!(
+                    "{}:{}:{}:{}",
+                    lan.name,
+                    lan.ifindex,
+                    u8::from(lan.created_clsact),
+                    encode_attach(lan.attach)
+                ),
+            );
         }
         out
     }
@@ -417,6 +449,26 @@ impl Record {
                 })
             }
         };
+        let mut lans = Vec::new();
+        while let Some(v) = get.get(format!("lan.{}", lans.len()).as_str()) {
+            let bad = |why: String| damaged(format!("lan.{}={v}: {why}", lans.len()));
+            let mut parts = v.splitn(4, ':');
+            let (Some(name), Some(idx), Some(created), Some(attach)) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                return Err(bad("not NAME:IFINDEX:CREATED:ATTACH".into()));
+            };
+            lans.push(LanRecord {
+                name: name.to_owned(),
+                ifindex: idx.parse().map_err(|_| bad("bad ifindex".into()))?,
+                created_clsact: match created {
+                    "0" => false,
+                    "1" => true,
+                    _ => return Err(bad("created is not 0 or 1".into())),
+                },
+                attach: decode_attach(attach).map_err(bad)?,
+            });
+        }
         Ok(Self {
             iface: field("iface")?.to_owned(),
             ifindex: u32::try_from(num("ifindex")?).map_err(|_| too_big("ifindex"))?,
@@ -432,6 +484,7 @@ impl Record {
             restoring_root: get.contains_key("restoring_root") && flag("restoring_root")?,
             gso_before,
             ingress,
+            lans,
         })
     }
 
@@ -590,6 +643,7 @@ mod tests {
                 ipv4_max_bytes: None,
             }),
             ingress: None,
+            lans: Vec::new(),
         }
     }
 
@@ -612,6 +666,34 @@ mod tests {
             let back = Record::decode(&r.encode(), Path::new("x")).expect("decodes");
             assert_eq!(back, r);
         }
+        let lans = Record {
+            lans: vec![
+                LanRecord {
+                    name: "br-lan".into(),
+                    ifindex: 9,
+                    created_clsact: false,
+                    attach: Some(AttachMode::Tcx),
+                },
+                LanRecord {
+                    name: "lan2".into(),
+                    ifindex: 11,
+                    created_clsact: true,
+                    attach: Some(AttachMode::Netlink {
+                        priority: 49152,
+                        handle: 1,
+                    }),
+                },
+                LanRecord {
+                    name: "lan3".into(),
+                    ifindex: 12,
+                    created_clsact: false,
+                    attach: None,
+                },
+            ],
+            ..sample()
+        };
+        let back = Record::decode(&lans.encode(), Path::new("x")).expect("decodes");
+        assert_eq!(back, lans);
         let restoring = Record {
             restoring_root: true,
             ..sample()
@@ -690,6 +772,10 @@ mod tests {
             format!(
                 "{good}ingress_rate_bits_per_s=1000\ningress_attach=tcx\ningress_ifb=ifb4x:y\n"
             ),
+            format!("{good}lan.0=br-lan:9:0\n"),
+            format!("{good}lan.0=br-lan:x:0:tcx\n"),
+            format!("{good}lan.0=br-lan:9:2:tcx\n"),
+            format!("{good}lan.0=br-lan:9:0:xdp\n"),
         ];
         for text in cases {
             assert!(

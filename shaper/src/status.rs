@@ -182,6 +182,7 @@ pub fn to_json(st: &IfaceStatus) -> String {
             "diffserv": Diffserv::from_index(c.diffserv).name(),
             "wash": c.flags & shaper_common::config::FLAG_WASH != 0,
             "isolation": c.isolation().keyword(),
+            "nat_lans": st.record.lans.iter().map(|l| l.name.as_str()).collect::<Vec<_>>(),
             "framing": {
                 "overhead_bytes": c.framing.overhead_bytes,
                 "mpu_bytes": c.framing.mpu_bytes,
@@ -409,7 +410,13 @@ pub fn render(statuses: &[IfaceStatus]) -> String {
             );
             let _ = writeln!(s, "  framing:    {}", framing_text(&c.framing));
             if c.fair() {
-                let _ = writeln!(s, "  isolation:  {}", c.isolation().keyword());
+                let nat = if st.record.lans.is_empty() {
+                    String::new()
+                } else {
+                    let names: Vec<&str> = st.record.lans.iter().map(|l| l.name.as_str()).collect();
+                    format!(", LAN hosts through NAT from {}", names.join(", "))
+                };
+                let _ = writeln!(s, "  isolation:  {}{nat}", c.isolation().keyword());
             }
             if c.fair() {
                 let _ = writeln!(

@@ -2,6 +2,7 @@
 //! any point: after a failed attach step, on SIGINT or SIGTERM, or from
 //! `shaper cleanup` after a kill. The egress classifier, the ingress
 //! program and its IFB (whose own shaping is undone the same way), the
+//! LAN classifiers of `--nat` with the run's map of LAN hosts, the
 //! clsact qdisc if the shaper made it, the root qdisc if it is still the
 //! shaper's, the GSO sizes, then the pins and the record.
 //!
@@ -72,6 +73,7 @@ pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
     if let Some(ingress) = &record.ingress {
         keep(detach_ingress(record, ingress, paths, present));
     }
+    keep(crate::nat::detach(record, paths));
     if record.created_clsact && present && !clsact_gone(iface) {
         keep(tc::delete_clsact(record.ifindex).map_err(tc_err("removing the clsact qdisc", iface)));
     }

@@ -146,6 +146,28 @@ fn bad_isolation_options_exit_2() {
         ]),
         &["--isolate dual-dsthost", "--ingress-mode ifb"],
     );
+    // --nat: without the LAN side, without host isolation, with the WAN
+    // or a missing interface for the LAN, or a LAN named twice.
+    let nat =
+        |extra: &[&'static str]| with(&[&["--isolate", "dual-srchost", "--nat"], extra].concat());
+    expect_usage_error(&pair, &nat(&[]), &["--nat", "--lan IF"]);
+    expect_usage_error(
+        &pair,
+        &with(&["--nat", "--lan", "lo"]),
+        &["--nat", "--isolate"],
+    );
+    expect_usage_error(&pair, &with(&["--lan", "lo"]), &["--nat"]);
+    expect_usage_error(
+        &pair,
+        &nat(&["--lan", "left0"]),
+        &["--lan left0", "--iface"],
+    );
+    expect_usage_error(&pair, &nat(&["--lan", "lan9"]), &["lan9"]);
+    expect_usage_error(
+        &pair,
+        &nat(&["--lan", "lo", "--lan", "lo"]),
+        &["--lan lo", "twice"],
+    );
 }
 
 #[test]

@@ -1,85 +1,135 @@
-//! Host isolation against CAKE's in the same run: uploads at 50 Mbit/s
-//! over the lab testbed (20 ms RTT, no NAT: the router sees both
-//! clients' own addresses), host A (the client) with 8 bulk TCP flows,
-//! host B (the second client) with 1, all to the one server:
-//! - **dual-srchost:** B's share of what all flows carried must be at
-//!   least [`HALF_LEAST`] and at least CAKE `dual-srchost`'s less
-//!   [`CAKE_SLACK`]. The shaper without isolation runs beside them and
-//!   must leave B at most [`FLOWS_MOST`] (a ninth is fair among flows), so
-//!   the bar can fail.
-//! - **triple-isolate:** with one server, every flow's destination weighs
-//!   it by all 9 flows (CAKE's `max(srchost, dsthost)`): B's share must be
-//!   at least CAKE `triple-isolate`'s less [`CAKE_SLACK`].
+//! Host isolation through NAT against CAKE's in the same run, on the lab
+//! testbed with the router masquerading both clients behind its WAN
+//! address (as a home router does): 50 Mbit/s, 20 ms RTT, host A (the
+//! client) with 8 bulk TCP flows, host B (the second client) with 1, all
+//! to the one server.
+//! - **Upload, dual-srchost:** with `--nat` B's share of what all flows
+//!   carried must be at least [`HALF_LEAST`] and at least CAKE `nat
+//!   dual-srchost`'s less [`CAKE_SLACK`]. The shaper without `--nat` runs
+//!   beside them: behind the NAT both hosts are the router's address, so B
+//!   gets a flow's share, and must get at most [`NO_NAT_MOST`] (a ninth is
+//!   fair among flows) for the bar to mean anything.
+//! - **Download, dual-dsthost:** the same bars for downloads on the IFB
+//!   against CAKE in ingress mode with `nat dual-dsthost`.
+//! - **triple-isolate** (upload, through NAT): with one server, every
+//!   flow's destination weighs it by all 9 flows (CAKE's `max(srchost,
+//!   dsthost)`): B's share must be at least CAKE `nat triple-isolate`'s
+//!   less [`CAKE_SLACK`].
 //!
 //! A case that misses is measured once more; two misses fail.
 //!
-//! Needs sch_fq, sch_cake and sch_netem (the VM's kernels); elsewhere it
-//! skips with a reason, and under `SHAPER_REQUIRE_FULL_KERNEL=1` a skip
-//! fails.
+//! Needs sch_fq, sch_cake, sch_netem and nftables (the VM's kernels and
+//! tools); elsewhere it skips with a reason, and under
+//! `SHAPER_REQUIRE_FULL_KERNEL=1` a skip fails.
 //!
-//! Not covered here: isolation through NAT, downloads, and the policer
-//! (which isolates flows only).
+//! Not covered here: the policer (which isolates flows only), a download
+//! without `--nat`, and triple-isolate with two servers.
 
 use shaper::{
     lab::{FlowSpec, Host, Scenario, State, Testbed, TestbedOptions},
     rate::Rate,
 };
 use shaper_tests::{
-    skip::require,
+    skip::{Need, require},
     topo::shaper_bin,
     vs_cake::{self, OMIT, Verdict, again_if_missed, report, verdict},
 };
 
 const RATE: &str = "50mbit";
-/// The least share of host B under dual-srchost, where a half is fair.
+/// The least share of host B under dual-srchost or dual-dsthost, where a
+/// half is fair.
 const HALF_LEAST: f64 = 0.45;
 /// How far below CAKE's share of host B the shaper's may be.
 const CAKE_SLACK: f64 = 0.05;
-/// The most host B may get without isolation for the bar to mean anything.
-const FLOWS_MOST: f64 = 0.25;
+/// The most host B may get without `--nat` for the bar to mean anything.
+const NO_NAT_MOST: f64 = 0.25;
+/// The router's LAN interfaces toward the two clients.
+const LANS: [&str; 4] = ["--lan", "lan1", "--lan", "lan2"];
 
 fn rate() -> Rate {
     RATE.parse().expect("a valid rate")
 }
 
-fn shaper(args: &[&str]) -> State {
+fn args(mode: &str, nat: bool) -> Vec<String> {
+    let mut a = vec!["--isolate".to_owned(), mode.to_owned()];
+    if nat {
+        a.push("--nat".to_owned());
+        a.extend(LANS.iter().map(|s| (*s).to_owned()));
+    }
+    a
+}
+
+fn shaper(mode: &str, nat: bool) -> State {
     State::Shaper {
         bin: shaper_bin(),
         rate: rate(),
-        extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
+        extra_args: args(mode, nat),
+    }
+}
+
+fn shaper_download(mode: &str) -> State {
+    State::ShaperIngress {
+        bin: shaper_bin(),
+        rate: rate(),
+        extra_args: args(mode, true),
     }
 }
 
 fn cake(mode: &str) -> State {
     State::CakeWith {
         rate: rate(),
-        options: vec![mode.to_owned()],
+        options: vec![mode.to_owned(), "nat".to_owned()],
+    }
+}
+
+fn cake_download(mode: &str) -> State {
+    State::CakeIngress {
+        rate: rate(),
+        options: vec![mode.to_owned(), "nat".to_owned()],
     }
 }
 
 /// Host B's share of what all flows carried under `state`, and the run's
-/// goodput of the rate.
-fn host_b(tb: &Testbed, state: State) -> (f64, f64) {
-    let flows = vec![
-        FlowSpec::tcp(Host::Client, 8),
-        FlowSpec::tcp(Host::Client2, 1),
-    ];
+/// goodput of the rate; downloads when `down`.
+fn host_b(tb: &Testbed, state: State, down: bool) -> (f64, f64) {
+    let flow = |host, n| {
+        let f = FlowSpec::tcp(host, n);
+        if down { f.reversed() } else { f }
+    };
+    let flows = vec![flow(Host::Client, 8), flow(Host::Client2, 1)];
     let r = vs_cake::run(tb, &Scenario::new(state, flows, vs_cake::timing(OMIT)));
     (r.part(1), r.ratio(rate()))
 }
 
-fn dual_srchost(tb: &Testbed) -> Verdict {
-    let (flows, _) = host_b(tb, shaper(&[]));
+fn upload_dual_srchost(tb: &Testbed) -> Verdict {
+    let (no_nat, _) = host_b(tb, shaper("dual-srchost", false), false);
     let round = || {
-        let (c, cg) = host_b(tb, cake("dual-srchost"));
-        let (s, sg) = host_b(tb, shaper(&["--isolate", "dual-srchost"]));
+        let (c, cg) = host_b(tb, cake("dual-srchost"), false);
+        let (s, sg) = host_b(tb, shaper("dual-srchost", true), false);
         let bar = HALF_LEAST.max(c - CAKE_SLACK);
         verdict(
-            s >= bar && flows <= FLOWS_MOST,
+            s >= bar && no_nat <= NO_NAT_MOST,
             format!(
-                "8 flows from A, 1 from B: shaper dual-srchost B {s:.3} (needs ≥ {bar:.3}), \
-                 goodput {sg:.3}; CAKE dual-srchost B {c:.3}, goodput {cg:.3}; shaper flows B \
-                 {flows:.3} (needs ≤ {FLOWS_MOST})"
+                "upload, 8 flows from A, 1 from B: shaper dual-srchost --nat B {s:.3} (needs ≥ \
+                 {bar:.3}), goodput {sg:.3}; CAKE nat dual-srchost B {c:.3}, goodput {cg:.3}; \
+                 shaper without --nat B {no_nat:.3} (needs ≤ {NO_NAT_MOST})"
+            ),
+        )
+    };
+    again_if_missed(round(), round)
+}
+
+fn download_dual_dsthost(tb: &Testbed) -> Verdict {
+    let round = || {
+        let (c, cg) = host_b(tb, cake_download("dual-dsthost"), true);
+        let (s, sg) = host_b(tb, shaper_download("dual-dsthost"), true);
+        let bar = HALF_LEAST.max(c - CAKE_SLACK);
+        verdict(
+            s >= bar,
+            format!(
+                "download, 8 flows to A, 1 to B: shaper (ifb) dual-dsthost --nat B {s:.3} (needs \
+                 ≥ {bar:.3}), goodput {sg:.3}; CAKE ingress nat dual-dsthost B {c:.3}, goodput \
+                 {cg:.3}"
             ),
         )
     };
@@ -88,14 +138,15 @@ fn dual_srchost(tb: &Testbed) -> Verdict {
 
 fn triple_isolate(tb: &Testbed) -> Verdict {
     let round = || {
-        let (c, cg) = host_b(tb, cake("triple-isolate"));
-        let (s, sg) = host_b(tb, shaper(&["--isolate", "triple-isolate"]));
+        let (c, cg) = host_b(tb, cake("triple-isolate"), false);
+        let (s, sg) = host_b(tb, shaper("triple-isolate", true), false);
         let bar = c - CAKE_SLACK;
         verdict(
             s >= bar,
             format!(
-                "8 flows from A, 1 from B, one server: shaper triple-isolate B {s:.3} (needs ≥ \
-                 {bar:.3}), goodput {sg:.3}; CAKE triple-isolate B {c:.3}, goodput {cg:.3}"
+                "upload, 8 flows from A, 1 from B, one server: shaper triple-isolate --nat B \
+                 {s:.3} (needs ≥ {bar:.3}), goodput {sg:.3}; CAKE nat triple-isolate B {c:.3}, \
+                 goodput {cg:.3}"
             ),
         )
     };
@@ -103,10 +154,22 @@ fn triple_isolate(tb: &Testbed) -> Verdict {
 }
 
 #[test]
-fn hosts_share_the_upload_as_under_cake() {
-    if !require(vs_cake::NEEDS) {
+fn hosts_behind_nat_share_as_under_cake() {
+    let needs: Vec<Need> = vs_cake::NEEDS
+        .iter()
+        .cloned()
+        .chain([Need::Tool("nft", "--version")])
+        .collect();
+    if !require(&needs) {
         return;
     }
-    let tb = vs_cake::testbed(TestbedOptions::default());
-    report(&[dual_srchost(&tb), triple_isolate(&tb)]);
+    let tb = vs_cake::testbed(TestbedOptions {
+        nat: true,
+        ..TestbedOptions::default()
+    });
+    report(&[
+        upload_dual_srchost(&tb),
+        download_dual_dsthost(&tb),
+        triple_isolate(&tb),
+    ]);
 }

@@ -4,8 +4,8 @@
 //!
 //! Checks: goodput at 20 mbit with 4 TCP streams, exact restore on SIGTERM and
 //! on SIGKILL + `shaper cleanup` (default root, an HTB tree, a multiqueue
-//! device, the device's gso_max_size), refusal of a second run, and
-//! `shaper status`.
+//! device, the device's gso_max_size, the LAN side of `--nat`), refusal of
+//! a second run, and `shaper status`.
 
 use shaper_tests::{
     shaper_proc::{ShaperProc, cleanup},
@@ -279,4 +279,63 @@ fn goodput_at_20mbit_with_4_streams_without_gso_is_85_to_100_percent() {
         return;
     }
     goodput_at_20mbit(false);
+}
+
+/// Whether the namespace's LAN classifier of `--nat` is in place on `lan`:
+/// its TCX link's pin (kernels with TCX), or its cls_bpf filter.
+fn lan_classifier_present(pair: &Pair, lan: &str) -> bool {
+    let ino = pair.left.sh("stat -L -c %i /proc/self/ns/net");
+    let pin = format!(
+        "/sys/fs/bpf/shaper/netns-{}/left0/nat/lan-{lan}",
+        ino.trim()
+    );
+    std::path::Path::new(&pin).exists()
+        || pair
+            .left
+            .sh(&format!("tc filter show dev {lan} ingress"))
+            .contains("shaper_nat_lan")
+}
+
+#[test]
+fn the_lan_side_of_nat_attaches_and_comes_off_after_sigterm_and_sigkill() {
+    if !require(NEEDS) {
+        return;
+    }
+    let pair = Pair::new("nat", 1);
+    // The LAN side: a veth of its own in the router's namespace.
+    pair.left.sh(
+        "ip link add lan0 type veth peer name lan0p && ip link set lan0 up && ip link set lan0p up",
+    );
+    let before = (pair.left.tc_state("left0"), pair.left.tc_state("lan0"));
+    let args = [
+        "--rate",
+        "20mbit",
+        "--isolate",
+        "dual-srchost",
+        "--nat",
+        "--lan",
+        "lan0",
+    ];
+    let mut run = ShaperProc::start(Some(&pair.left), "left0", &args);
+    assert!(lan_classifier_present(&pair, "lan0"));
+    let report = run.status_text();
+    assert!(
+        report.contains("dual-srchost, LAN hosts through NAT from lan0"),
+        "{report}"
+    );
+    let exit = run.sigterm();
+    assert_eq!(exit.code(), Some(0), "{}", exit.text());
+    assert!(!lan_classifier_present(&pair, "lan0"));
+    let after = (pair.left.tc_state("left0"), pair.left.tc_state("lan0"));
+    assert_eq!(after, before);
+
+    // After SIGKILL the record names the LAN side, and cleanup takes it off.
+    let mut run = ShaperProc::start(Some(&pair.left), "left0", &args);
+    let _ = run.sigkill();
+    assert!(lan_classifier_present(&pair, "lan0"));
+    let out = run.cleanup();
+    assert!(out.contains("left0: restored"), "{out}");
+    assert!(!lan_classifier_present(&pair, "lan0"));
+    let after = (pair.left.tc_state("left0"), pair.left.tc_state("lan0"));
+    assert_eq!(after, before);
 }

@@ -6,6 +6,8 @@
 //! Invariant: nothing here touches an interface; a load can be dropped with
 //! nothing to undo. Non-goals: the tracer's own map sizes (it passes them).
 
+use std::path::Path;
+
 use aya::{
     Ebpf, EbpfLoader, Pod,
     maps::{Array, Map},
@@ -39,11 +41,25 @@ fn step(what: impl Into<String>) -> impl FnOnce(String) -> LoadError {
 /// The embedded object, loaded with a flow table of `flow_sets` sets and
 /// the maps in `sizes` resized; no program is loaded yet.
 pub fn open(flow_sets: u32, sizes: &[(&str, u32)]) -> Result<Ebpf, LoadError> {
+    open_sharing(flow_sets, sizes, &[])
+}
+
+/// As [`open`], with each map in `shared` taken from its pin, so that
+/// objects loaded apart share it; a map whose pin is missing is created
+/// and pinned there.
+pub fn open_sharing(
+    flow_sets: u32,
+    sizes: &[(&str, u32)],
+    shared: &[(&str, &Path)],
+) -> Result<Ebpf, LoadError> {
     let object = super::object()?;
     let mut loader = EbpfLoader::new();
     loader.map_max_entries(maps::FLOWS, flow_sets);
     for &(name, entries) in sizes {
         loader.map_max_entries(name, entries);
+    }
+    for &(name, path) in shared {
+        loader.map_pin_path(name, path);
     }
     loader
         .load(object)

@@ -82,6 +82,7 @@ const INTERFACE: &[(&str, Pick)] = &[
         Pick::Only(&[
             "goodput_at_20mbit_with_4_streams_and_gso_is_85_to_100_percent",
             "sigterm_restores_the_default_root",
+            "the_lan_side_of_nat_attaches_and_comes_off_after_sigterm_and_sigkill",
         ]),
     ),
 ];
@@ -93,6 +94,7 @@ const COMPAT: &[(&str, Pick)] = &[
         Pick::Only(&[
             "sigterm_restores_the_default_root",
             "sigkill_then_cleanup_restores",
+            "the_lan_side_of_nat_attaches_and_comes_off_after_sigterm_and_sigkill",
         ]),
     ),
 ];
