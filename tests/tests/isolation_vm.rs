@@ -26,9 +26,10 @@
 //! without `--nat`, and triple-isolate with two servers.
 
 use shaper::{
-    lab::{FlowSpec, Host, Scenario, State, Testbed, TestbedOptions},
+    lab::{Scenario, State, Testbed, TestbedOptions, hosts},
     rate::Rate,
 };
+use shaper_common::hosts::Isolation;
 use shaper_tests::{
     skip::{Need, require},
     topo::shaper_bin,
@@ -43,61 +44,52 @@ const HALF_LEAST: f64 = 0.45;
 const CAKE_SLACK: f64 = 0.05;
 /// The most host B may get without `--nat` for the bar to mean anything.
 const NO_NAT_MOST: f64 = 0.25;
-/// The router's LAN interfaces toward the two clients.
-const LANS: [&str; 4] = ["--lan", "lan1", "--lan", "lan2"];
 
 fn rate() -> Rate {
     RATE.parse().expect("a valid rate")
 }
 
-fn args(mode: &str, nat: bool) -> Vec<String> {
-    let mut a = vec!["--isolate".to_owned(), mode.to_owned()];
-    if nat {
-        a.push("--nat".to_owned());
-        a.extend(LANS.iter().map(|s| (*s).to_owned()));
-    }
-    a
+fn mode(keyword: &str) -> Isolation {
+    Isolation::from_keyword(keyword).expect("a mode of CAKE's")
 }
 
-fn shaper(mode: &str, nat: bool) -> State {
+fn shaper(keyword: &str, nat: bool) -> State {
     State::Shaper {
         bin: shaper_bin(),
         rate: rate(),
-        extra_args: args(mode, nat),
+        extra_args: hosts::shaper_args(mode(keyword), nat),
     }
 }
 
-fn shaper_download(mode: &str) -> State {
+fn shaper_download(keyword: &str) -> State {
     State::ShaperIngress {
         bin: shaper_bin(),
         rate: rate(),
-        extra_args: args(mode, true),
+        extra_args: hosts::shaper_args(mode(keyword), true),
     }
 }
 
-fn cake(mode: &str) -> State {
+fn cake(keyword: &str) -> State {
     State::CakeWith {
         rate: rate(),
-        options: vec![mode.to_owned(), "nat".to_owned()],
+        options: hosts::cake_options(mode(keyword), true),
     }
 }
 
-fn cake_download(mode: &str) -> State {
+fn cake_download(keyword: &str) -> State {
     State::CakeIngress {
         rate: rate(),
-        options: vec![mode.to_owned(), "nat".to_owned()],
+        options: hosts::cake_options(mode(keyword), true),
     }
 }
 
 /// Host B's share of what all flows carried under `state`, and the run's
 /// goodput of the rate; downloads when `down`.
 fn host_b(tb: &Testbed, state: State, down: bool) -> (f64, f64) {
-    let flow = |host, n| {
-        let f = FlowSpec::tcp(host, n);
-        if down { f.reversed() } else { f }
-    };
-    let flows = vec![flow(Host::Client, 8), flow(Host::Client2, 1)];
-    let r = vs_cake::run(tb, &Scenario::new(state, flows, vs_cake::timing(OMIT)));
+    let r = vs_cake::run(
+        tb,
+        &Scenario::new(state, hosts::flows(down), vs_cake::timing(OMIT)),
+    );
     (r.part(1), r.ratio(rate()))
 }
 

@@ -19,8 +19,10 @@ use std::{
 
 use clap::Args;
 
-use shaper_common::tins::Diffserv;
+use shaper_common::{hosts::Isolation, tins::Diffserv};
 
+use super::shaping::Shaping;
+pub use super::shaping::StateKind;
 use crate::{
     pacer::{DiffservArg, FramingArgs},
     rate::Rate,
@@ -94,81 +96,19 @@ pub struct LabArgs {
     /// (`--framing`, `--overhead`, `--mpu`, as `shaper run` takes them).
     #[command(flatten)]
     pub framing: FramingArgs,
-}
-
-/// A state the lab knows, before it is bound to a rate and a binary.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StateKind {
-    /// No shaping.
-    None,
-    /// CAKE, besteffort.
-    Cake,
-    /// HTB + fq_codel.
-    FqCodel,
-    /// This project's `shaper run` on egress and on ingress in the default
-    /// ingress mode (the pacer on an IFB): both directions, as `cake`
-    /// shapes them, so the default comparison is like with like.
-    Shaper,
-    /// `shaper run` on egress only.
-    ShaperEgress,
-    /// `shaper run` on egress and the AQM policer at ingress (`police`
-    /// mode).
-    ShaperPolice,
-    /// As [`StateKind::Shaper`], named by its ingress mode (`ifb`).
-    ShaperIfb,
-    /// Upstream cake_mq on egress (a CAKE per TX queue, the rate shared
-    /// among the active queues), CAKE on an IFB at ingress.
-    CakeMq,
-    /// `mq` with a CAKE per TX queue at rate / queues on egress, CAKE on an
-    /// IFB at ingress.
-    CakeSplit,
-}
-
-impl StateKind {
-    /// The name used in `--states`, the JSON and the report.
-    pub fn name(self) -> &'static str {
-        match self {
-            StateKind::None => "none",
-            StateKind::Cake => "cake",
-            StateKind::FqCodel => "fq_codel",
-            StateKind::Shaper => "shaper",
-            StateKind::ShaperEgress => "shaper-egress",
-            StateKind::ShaperPolice => "shaper-police",
-            StateKind::ShaperIfb => "shaper-ifb",
-            StateKind::CakeMq => "cake_mq",
-            StateKind::CakeSplit => "cake_split",
-        }
-    }
-
-    /// The state shapes the download too (at the router's WAN ingress).
-    pub fn shapes_download(self) -> bool {
-        matches!(
-            self,
-            StateKind::Cake
-                | StateKind::Shaper
-                | StateKind::ShaperPolice
-                | StateKind::ShaperIfb
-                | StateKind::CakeMq
-                | StateKind::CakeSplit
-        )
-    }
-
-    /// The state needs a WAN device with more than one TX queue.
-    pub fn needs_queues(self) -> bool {
-        matches!(self, StateKind::CakeMq | StateKind::CakeSplit)
-    }
-
-    const ALL: [StateKind; 9] = [
-        StateKind::None,
-        StateKind::Cake,
-        StateKind::FqCodel,
-        StateKind::Shaper,
-        StateKind::ShaperEgress,
-        StateKind::ShaperPolice,
-        StateKind::ShaperIfb,
-        StateKind::CakeMq,
-        StateKind::CakeSplit,
-    ];
+    /// Host isolation for the shaper (`--isolate`) and every CAKE (its
+    /// keyword of the same name), both directions; fq_codel has none.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub isolate: Option<crate::pacer::IsolateArg>,
+    /// Isolate by the LAN host through the router's masquerading: the
+    /// shaper's `--nat` with the testbed's LAN interfaces, CAKE's `nat`.
+    #[arg(long, requires = "isolate")]
+    pub nat: bool,
+    /// Add the hosts phase to every state: host A with 8 TCP flows beside
+    /// host B with 1, upload then download, and the table of host B's
+    /// share.
+    #[arg(long)]
+    pub hosts: bool,
 }
 
 /// The parsed `--states` list: non-empty, no repeats.
@@ -279,17 +219,12 @@ pub struct LabConfig {
     pub diffserv: Diffserv,
     /// The link's framing, for the shaper and CAKE.
     pub framing: FramingArgs,
-}
-
-/// What every state shapes with beyond the rate.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Shaping {
-    /// TX queues of the WAN device.
-    pub queues: u32,
-    /// The tins of the states that have them.
-    pub diffserv: Diffserv,
-    /// The link's framing.
-    pub framing: FramingArgs,
+    /// Host isolation, for the shaper and CAKE.
+    pub isolation: Isolation,
+    /// Isolation through the router's NAT.
+    pub nat: bool,
+    /// `--hosts`: the hosts phase runs.
+    pub hosts: bool,
 }
 
 /// The programs the lab runs, with what for and their Debian package.
@@ -359,6 +294,32 @@ impl LabConfig {
                      --overhead and --mpu",
                     k.name()
                 ),
+            });
+        }
+        let isolation: Isolation = args.isolate.unwrap_or_default().into();
+        if isolation != Isolation::Flows {
+            let refused = args
+                .states
+                .0
+                .iter()
+                .find(|k| k.needs_queues() || matches!(k, StateKind::ShaperPolice));
+            if let Some(k) = refused {
+                return Err(LabUsageError::Invalid {
+                    flag: "--states",
+                    detail: format!(
+                        "state {} isolates flows only in the lab: leave it out, or drop \
+                         --isolate",
+                        k.name()
+                    ),
+                });
+            }
+        }
+        if args.nat && isolation == Isolation::Flows {
+            return Err(LabUsageError::Invalid {
+                flag: "--nat",
+                detail: "--nat changes which host a packet counts for, and --isolate flows has \
+                         no hosts: give a mode with hosts, e.g. --isolate dual-srchost"
+                    .to_owned(),
             });
         }
         if args.states.0.contains(&StateKind::CakeMq) && !super::cake_mq::kernel_has() {
@@ -455,6 +416,9 @@ impl LabConfig {
             queues: args.queues,
             diffserv: args.diffserv.into(),
             framing,
+            isolation,
+            nat: args.nat,
+            hosts: args.hosts,
         })
     }
 
@@ -495,6 +459,8 @@ impl LabConfig {
                 queues: self.queues,
                 diffserv: self.diffserv,
                 framing: self.framing.clone(),
+                isolation: (self.isolation != Isolation::Flows).then_some(self.isolation),
+                nat: self.nat,
             },
         )
     }
@@ -503,80 +469,6 @@ impl LabConfig {
     /// none.
     pub fn probe_tos(&self) -> Option<u8> {
         (self.diffserv.tins() > 1).then_some(EF_TOS)
-    }
-}
-
-impl StateKind {
-    /// The state this kind names, shaping at `rate` (both directions where
-    /// the kind shapes both), with the shaper binary `bin`, on one TX queue
-    /// and without tins.
-    pub fn state(self, bin: &std::path::Path, rate: Rate) -> super::State {
-        self.shaping(
-            bin,
-            rate,
-            &Shaping {
-                queues: 1,
-                ..Shaping::default()
-            },
-        )
-    }
-
-    /// As [`StateKind::state`], on a WAN device with `shaping.queues` TX
-    /// queues, with the tins of `shaping.diffserv` where the kind has
-    /// tins, and the link's framing where the kind takes it.
-    pub fn shaping(self, bin: &std::path::Path, rate: Rate, shaping: &Shaping) -> super::State {
-        let (queues, diffserv) = (shaping.queues, shaping.diffserv);
-        let tins = diffserv.name();
-        let mut cake_options = Vec::new();
-        if diffserv != Diffserv::Besteffort {
-            cake_options.push(tins.to_owned());
-        }
-        cake_options.extend(shaping.framing.cake_options());
-        let ingress = super::State::CakeIngress {
-            rate,
-            options: cake_options.clone(),
-        };
-        let with_ingress = |egress| super::State::Stack(vec![egress, ingress.clone()]);
-        let mut shaper_args = Vec::new();
-        if diffserv != Diffserv::Besteffort {
-            shaper_args = vec!["--diffserv".to_owned(), tins.to_owned()];
-        }
-        shaper_args.extend(shaping.framing.shaper_args());
-        match self {
-            StateKind::None => super::State::None,
-            StateKind::Cake if cake_options.is_empty() => with_ingress(super::State::Cake { rate }),
-            StateKind::Cake => with_ingress(super::State::CakeWith {
-                rate,
-                options: cake_options.clone(),
-            }),
-            StateKind::CakeMq => with_ingress(super::State::CakeMq { rate, tins }),
-            StateKind::CakeSplit => with_ingress(super::State::CakeSplit { rate, queues, tins }),
-            StateKind::FqCodel => super::State::FqCodel { rate },
-            StateKind::ShaperEgress => super::State::Shaper {
-                bin: bin.to_owned(),
-                rate,
-                extra_args: shaper_args,
-            },
-            StateKind::Shaper | StateKind::ShaperPolice | StateKind::ShaperIfb => {
-                super::State::Shaper {
-                    bin: bin.to_owned(),
-                    rate,
-                    extra_args: [
-                        "--ingress-rate".to_owned(),
-                        super::state::tc_rate(rate),
-                        "--ingress-mode".to_owned(),
-                        if self == StateKind::ShaperPolice {
-                            "police".to_owned()
-                        } else {
-                            "ifb".to_owned()
-                        },
-                    ]
-                    .into_iter()
-                    .chain(shaper_args)
-                    .collect(),
-                }
-            }
-        }
     }
 }
 
@@ -758,6 +650,65 @@ mod tests {
             plain.state(StateKind::Cake).name(),
             format!("cake {r} + cake-ingress {r}", r = plain.rate)
         );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn isolation_reaches_the_shaper_and_every_cake() {
+        let dir = fake_tools("isolate");
+        let path = dir.display().to_string();
+        let config =
+            |args: &[&str]| LabConfig::from_args(parse(args).expect("parses"), &path, true);
+        let c = config(&[
+            "--states",
+            "cake,shaper",
+            "--isolate",
+            "dual-srchost",
+            "--nat",
+            "--hosts",
+        ])
+        .expect("valid");
+        assert!(c.hosts);
+        assert_eq!(
+            c.state(StateKind::Cake).name(),
+            format!(
+                "cake {r} dual-srchost nat + cake-ingress {r} dual-srchost nat",
+                r = c.rate
+            )
+        );
+        let shaper = c.state(StateKind::Shaper).name();
+        assert!(
+            shaper.ends_with("--isolate dual-srchost --nat --lan lan1 --lan lan2"),
+            "{shaper}"
+        );
+        // The policer isolates flows only; a per-queue CAKE takes no
+        // options; --nat needs hosts.
+        for (bad, says) in [
+            (
+                &["--states", "shaper-police", "--isolate", "hosts"][..],
+                "isolates flows only",
+            ),
+            (
+                &[
+                    "--states",
+                    "cake_split",
+                    "--queues",
+                    "2",
+                    "--isolate",
+                    "hosts",
+                ],
+                "isolates flows only",
+            ),
+            (
+                &["--states", "cake", "--isolate", "flows", "--nat"],
+                "--nat",
+            ),
+        ] {
+            let e = config(bad).expect_err("refused");
+            assert!(e.to_string().contains(says), "{bad:?}: {e}");
+        }
+        let plain = config(&["--states", "shaper"]).expect("valid");
+        assert!(!plain.state(StateKind::Shaper).name().contains("--isolate"));
         let _ = std::fs::remove_dir_all(&dir);
     }
 

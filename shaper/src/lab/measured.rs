@@ -88,6 +88,8 @@ pub struct StateRun {
     pub staircase: Vec<StairStep>,
     /// The staircase's streams' reports, the first stream first.
     pub staircase_flows: Vec<IperfReport>,
+    /// The hosts phase (`--hosts`).
+    pub hosts: Option<super::hosts::HostsRun>,
     /// CPU samples over the whole state.
     pub cpu: Vec<CpuSample>,
     /// Seconds the state took.

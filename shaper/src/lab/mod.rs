@@ -28,6 +28,8 @@
 //! - [`soak`]: minutes of churn under the shaper with its controller
 //!   sampled (memory, descriptors, lost records, status).
 //! - [`diffserv`]: EF traffic beside best-effort bulk, for the tins.
+//! - [`hosts`]: a host of many flows beside a host of one, for host
+//!   isolation (also the lab's `--hosts` phase and its table).
 //! - [`overhead`]: links that count packets as DSL and Ethernet lines do.
 //! - [`multiqueue`]: flows steered onto TX queues, RPS at the router, and
 //!   the figures of one rate across queues.
@@ -61,6 +63,7 @@ pub mod cases;
 pub mod cli;
 pub mod cpu;
 pub mod diffserv;
+pub mod hosts;
 pub mod measured;
 pub mod multiqueue;
 pub mod overhead;
@@ -70,6 +73,7 @@ pub mod readings;
 pub mod report;
 pub mod run;
 pub mod scenario;
+pub mod shaping;
 pub mod soak;
 pub mod state;
 pub mod stats;

@@ -16,6 +16,7 @@ use std::fmt::Write as _;
 use serde_json::{Value, json};
 
 use super::{
+    hosts::{A_FLOWS, HostsRun},
     measured::{CpuSample, LabRun, LoadPhase, StateRun},
     stats::{mean, percentile},
 };
@@ -230,7 +231,11 @@ pub fn to_json(lab: &LabRun) -> Value {
     let mut states = serde_json::Map::new();
     let mut raw = serde_json::Map::new();
     for s in &lab.states {
-        states.insert(s.name.to_owned(), Summary::of(s).to_json());
+        let mut summary = Summary::of(s).to_json();
+        if let Some(h) = &s.hosts {
+            summary["hosts"] = hosts_json(h);
+        }
+        states.insert(s.name.to_owned(), summary);
         raw.insert(
             s.name.to_owned(),
             json!({
@@ -244,6 +249,10 @@ pub fn to_json(lab: &LabRun) -> Value {
                     "streams": st.streams, "ping_ms": st.ping_ms,
                 })).collect::<Vec<_>>(),
                 "staircase_flows": s.staircase_flows.iter().map(iperf_json).collect::<Vec<_>>(),
+                "hosts": s.hosts.as_ref().map(|h| json!({
+                    "up": { "a": iperf_json(&h.up.a), "b": iperf_json(&h.up.b) },
+                    "down": { "a": iperf_json(&h.down.a), "b": iperf_json(&h.down.b) },
+                })),
                 "cpu": s.cpu.iter().map(|x| json!({
                     "t_s": x.t_s, "busy_pct": x.busy_pct,
                     "softirq_pct": x.softirq_pct, "zero_idle": x.zero_idle,
@@ -266,6 +275,9 @@ pub fn to_json(lab: &LabRun) -> Value {
             "states": c.states.iter().map(|k| k.name()).collect::<Vec<_>>(),
             "queues": c.queues,
             "diffserv": c.diffserv.name(),
+            "isolate": c.isolation.keyword(),
+            "nat": c.nat,
+            "hosts": c.hosts,
         },
         "kernel": lab.kernel,
         "elapsed_s": lab.elapsed_s,
@@ -537,6 +549,7 @@ pub fn markdown(lab: &LabRun) -> String {
         m.push('\n');
     }
     m.push_str(&super::breakdown::markdown(lab));
+    m.push_str(&hosts_markdown(lab));
     m.push_str("\n## Verdict\n\n");
     for v in verdicts(&sums) {
         m.push_str(&v);
@@ -544,6 +557,47 @@ pub fn markdown(lab: &LabRun) -> String {
     }
     m.push_str("\nPlots (with --report): throughput.svg, latency_cdf.svg, staircase.svg.\n");
     m
+}
+
+/// The report's section: host B's share per state, or nothing without the
+/// phase.
+fn hosts_markdown(lab: &LabRun) -> String {
+    let mut m = String::new();
+    if lab.states.iter().all(|s| s.hosts.is_none()) {
+        return m;
+    }
+    let _ = writeln!(
+        m,
+        "\n## Hosts (host A with {A_FLOWS} TCP flows, host B with 1)\n\nHost B's share of what \
+         both hosts carried: a half is fair between hosts, 1/{} between flows. The download \
+         is shaped only by the states that shape it.\n\n| State | Upload_B_share | \
+         Upload_Mbps | Download_B_share | Download_Mbps |\n|---|---:|---:|---:|---:|",
+        A_FLOWS + 1
+    );
+    for s in &lab.states {
+        if let Some(h) = &s.hosts {
+            let _ = writeln!(
+                m,
+                "| {} | {:.3} | {:.1} | {:.3} | {:.1} |",
+                s.name,
+                h.up.b_share(),
+                h.up.total_bps() / 1e6,
+                h.down.b_share(),
+                h.down.total_bps() / 1e6
+            );
+        }
+    }
+    m
+}
+
+/// The JSON of one state's phase.
+fn hosts_json(h: &HostsRun) -> Value {
+    json!({
+        "up_host_b_share": h.up.b_share(),
+        "up_mbps": h.up.total_bps() / 1e6,
+        "down_host_b_share": h.down.b_share(),
+        "down_mbps": h.down.total_bps() / 1e6,
+    })
 }
 
 #[cfg(test)]

@@ -11,7 +11,9 @@
 //! 3. download: the same reversed (`-R`), shaped by the states that shape
 //!    the WAN ingress too (CAKE on an IFB, `shaper-police`, `shaper-ifb`);
 //! 4. the staircase: a stream added every 5 s, pinging;
-//! 5. 15 idle pings again.
+//! 5. with `--hosts`, host A's 8 TCP flows beside host B's 1, upload then
+//!    download (`super::hosts`);
+//! 6. 15 idle pings again.
 //!
 //! With `--queues N` the WAN device has N TX queues and each flow takes
 //! the one its hash picks. With `--diffserv`, the states that have tins
@@ -275,6 +277,21 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
     ));
     let (staircase, staircase_flows) = staircase(tb, c, tag)?;
     check_interrupt()?;
+    let hosts = if c.hosts {
+        let timing = Timing::new(c.duration, c.omit);
+        progress(&format!(
+            "{tag}: hosts, {} TCP flows from the client beside 1 from the second, upload",
+            super::hosts::A_FLOWS
+        ));
+        let up = super::hosts::phase(tb, &timing, false)?;
+        check_interrupt()?;
+        progress(&format!("{tag}: hosts, download"));
+        let down = super::hosts::phase(tb, &timing, true)?;
+        check_interrupt()?;
+        Some(super::hosts::HostsRun { up, down })
+    } else {
+        None
+    };
     progress(&format!("{tag}: 15 idle pings"));
     let idle_after_ms = idle_pings(tb)?;
     let cpu = sampler.stop();
@@ -292,6 +309,7 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
         download_shaped: kind.shapes_download(),
         staircase,
         staircase_flows,
+        hosts,
         cpu,
         elapsed_s: t0.elapsed().as_secs_f64(),
     })

@@ -107,11 +107,14 @@ impl Host {
 /// The router's WAN-side device, where the state under test goes.
 pub const WAN_DEV: &str = "wan0";
 
+/// The router's devices toward the two clients, the LAN side of its NAT.
+pub const LAN_DEVS: [&str; 2] = ["lan1", "lan2"];
+
 /// The veths: (far host, its device, the router's device). Link `i` is the
 /// /24 `10.71.{i+1}.0`, the router `.1`, the far host `.2`.
 const LINKS: [(Host, &str, &str); 3] = [
-    (Host::Client, "cl0", "lan1"),
-    (Host::Client2, "cl0", "lan2"),
+    (Host::Client, "cl0", LAN_DEVS[0]),
+    (Host::Client2, "cl0", LAN_DEVS[1]),
     (Host::Server, "sv0", WAN_DEV),
 ];
 
