@@ -46,7 +46,10 @@
 //! `unequal.<case>` (with Jain's index), the
 //! timed cases of [`timed`], `churn`, `leave` and `join`, the framing
 //! cases of [`overhead`] under `overhead.<atm|ptm|ethernet>.<cake|shaper|
-//! shaper_no_overhead>` (`ping_p99_ms`, `goodput_ratio`), with
+//! shaper_no_overhead>` (`ping_p99_ms`, `goodput_ratio`), the host
+//! isolation case of [`isolation`] under `isolation.<cake|shaper>`
+//! (`up_host_b_share`, `down_host_b_share`, and the shaper's
+//! `up_host_b_share_no_nat`), with
 //! `--matrix` the cells of [`matrix`] under `matrix`, each with `shaper`
 //! and `cake` medians, and the CPU-bound case of [`cpu_bound`] under
 //! `cpu_bound` (`none`, `cake` and `shaper` each way at
@@ -74,6 +77,7 @@ pub mod concurrency;
 pub mod cpu_bound;
 pub mod frames;
 pub mod host;
+pub mod isolation;
 mod loaded;
 pub mod matrix;
 mod measure;
@@ -599,6 +603,9 @@ fn vm_table(vm: &Value) -> String {
     }
     if let Some(o) = vm.get("overhead").filter(|o| !o.is_null()) {
         s.push_str(&overhead::table(o));
+    }
+    if let Some(i) = vm.get("isolation").filter(|i| !i.is_null()) {
+        s.push_str(&isolation::table(i));
     }
     if let Some(m) = vm.get("matrix").filter(|m| !m.is_null()) {
         s.push_str(&matrix::table(m));

@@ -37,6 +37,10 @@
 //! PTM, Ethernet) under CAKE and the shaper with the link's options and
 //! the shaper without, `case_reps` rounds, as medians.
 //!
+//! Host isolation ([`super::isolation`]): host A's 8 flows beside host B's
+//! one behind the testbed's NAT, CAKE's `nat` modes against the shaper's
+//! `--nat` both ways and the shaper without it, `case_reps` rounds.
+//!
 //! CPU-bound rate ([`super::cpu_bound`]): none, CAKE and the shaper, each
 //! shaping both directions, at a rate meant to be more than the guest can
 //! shape at full speed (400 Mbit/s by default), an upload and a download
@@ -231,6 +235,9 @@ pub struct VmReport {
     /// cases ran: per link, per state.
     pub overhead:
         Option<BTreeMap<&'static str, BTreeMap<&'static str, super::overhead::FramedState>>>,
+    /// The host-isolation case through NAT ([`super::isolation`]), if the
+    /// traffic cases ran: per state.
+    pub isolation: Option<BTreeMap<&'static str, super::isolation::IsolationState>>,
     /// The matrix, if asked for.
     pub matrix: Option<BTreeMap<String, super::matrix::CellPair>>,
     /// The CPU-bound case, unless skipped.
@@ -341,6 +348,17 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     } else {
         None
     };
+    let isolation = if opts.case_reps > 0 {
+        let timing = Timing::new(opts.case_duration, OMIT);
+        Some(super::isolation::run(
+            &opts.bin,
+            opts.rate,
+            timing,
+            opts.case_reps,
+        )?)
+    } else {
+        None
+    };
     let matrix = if opts.matrix {
         let timing = Timing::new(opts.case_duration, OMIT);
         Some(super::matrix::run(&opts.bin, timing, opts.case_reps)?)
@@ -383,6 +401,7 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
         cases,
         timed,
         overhead,
+        isolation,
         matrix,
         cpu_bound,
         wall_s: started.elapsed().as_secs_f64(),
