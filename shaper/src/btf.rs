@@ -22,10 +22,24 @@
 //! Non-goals: writing BTF, CO-RE relocation, resolving functions or
 //! variables.
 
-use std::{fs, io, path::Path};
+use std::{
+    fs, io,
+    path::{Path, PathBuf},
+};
 
 /// Where the running kernel exposes its own BTF.
 pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
+
+/// Names another file for the kernel's BTF, for the tests that run the
+/// shaper as on a kernel without it (a path that does not exist).
+pub const KERNEL_BTF_ENV: &str = "SHAPER_KERNEL_BTF";
+
+/// The running kernel's BTF file: [`VMLINUX_BTF`], or what
+/// [`KERNEL_BTF_ENV`] names. Only the tracer needs it; the loader uses it
+/// when it is there.
+pub fn kernel_btf_path() -> PathBuf {
+    std::env::var_os(KERNEL_BTF_ENV).map_or_else(|| PathBuf::from(VMLINUX_BTF), PathBuf::from)
+}
 
 const MAGIC: u16 = 0xEB9F;
 const KIND_INT: u32 = 1;
@@ -137,9 +151,9 @@ fn u32_at(b: &[u8], off: usize) -> Option<u32> {
 }
 
 impl Btf {
-    /// Reads and parses the running kernel's BTF.
+    /// Reads and parses the running kernel's BTF ([`kernel_btf_path`]).
     pub fn from_sys() -> Result<Btf, BtfError> {
-        Btf::from_file(Path::new(VMLINUX_BTF))
+        Btf::from_file(&kernel_btf_path())
     }
 
     /// Reads and parses a BTF file.

@@ -270,7 +270,18 @@ impl<'a> ShaperProc<'a> {
     /// the run's output, if it exits first or does not attach within
     /// [`ATTACH_TIMEOUT`].
     pub fn start(ns: Option<&'a NamedNs>, iface: &str, args: &[&str]) -> Self {
+        Self::start_with_env(ns, iface, args, &[])
+    }
+
+    /// [`ShaperProc::start`] with `env` added to the run's environment.
+    pub fn start_with_env(
+        ns: Option<&'a NamedNs>,
+        iface: &str,
+        args: &[&str],
+        env: &[(&str, &str)],
+    ) -> Self {
         let child = shaper_command(ns)
+            .envs(env.iter().copied())
             .args(["run", "--iface", iface])
             .args(args)
             .stdout(Stdio::piped())

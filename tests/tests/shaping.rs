@@ -5,7 +5,8 @@
 //! Checks: goodput at 20 mbit with 4 TCP streams, exact restore on SIGTERM and
 //! on SIGKILL + `shaper cleanup` (default root, an HTB tree, a multiqueue
 //! device, the device's gso_max_size, the LAN side of `--nat`), refusal of
-//! a second run, and `shaper status`.
+//! a second run, `shaper status`, and every command but `trace` on a
+//! kernel whose BTF the shaper cannot find.
 
 use shaper_tests::{
     shaper_proc::{ShaperProc, cleanup},
@@ -338,4 +339,86 @@ fn the_lan_side_of_nat_attaches_and_comes_off_after_sigterm_and_sigkill() {
     assert!(!lan_classifier_present(&pair, "lan0"));
     let after = (pair.left.tc_state("left0"), pair.left.tc_state("lan0"));
     assert_eq!(after, before);
+}
+
+/// A `shaper` command in the left namespace that finds no kernel BTF.
+fn without_btf(pair: &Pair) -> std::process::Command {
+    let mut c = pair.left.shaper();
+    c.env(shaper::btf::KERNEL_BTF_ENV, NO_BTF);
+    c
+}
+
+/// A kernel BTF file that is not there.
+const NO_BTF: &str = "/nonexistent/vmlinux";
+
+#[test]
+fn every_command_but_trace_works_without_kernel_btf() {
+    if !require(NEEDS) {
+        return;
+    }
+    let pair = Pair::new("nobtf", 1);
+    let before = pair.left.tc_state("left0");
+    let env = [(shaper::btf::KERNEL_BTF_ENV, NO_BTF)];
+    // The tracer alone needs BTF: it says so, exits 2 and changes nothing.
+    let out = without_btf(&pair)
+        .args(["trace", "--iface", "left0", "--duration", "1s"])
+        .output()
+        .expect("spawn shaper trace");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("CONFIG_DEBUG_INFO_BTF"),
+        "{}",
+        text(&out)
+    );
+    let out = without_btf(&pair)
+        .args(["observe", "--iface", "left0", "--duration", "1s"])
+        .output()
+        .expect("spawn shaper observe");
+    assert!(out.status.success(), "observe: {}", text(&out));
+    assert_eq!(pair.left.tc_state("left0"), before);
+    // The fair pacer with the policer, the rate changed live, then SIGKILL
+    // and cleanup; the aggregate pacer with the IFB, then SIGTERM.
+    let fair = [
+        "--rate",
+        "20mbit",
+        "--ingress-rate",
+        "20mbit",
+        "--ingress-mode",
+        "police",
+    ];
+    let mut run = ShaperProc::start_with_env(Some(&pair.left), "left0", &fair, &env);
+    let out = without_btf(&pair)
+        .args(["set-rate", "--iface", "left0", "10mbit"])
+        .output()
+        .expect("spawn shaper set-rate");
+    assert!(out.status.success(), "set-rate: {}", text(&out));
+    let out = without_btf(&pair)
+        .args(["status", "--iface", "left0"])
+        .output()
+        .expect("spawn shaper status");
+    assert!(
+        // 10 Mbit/s is 1,250,000 bytes/s.
+        out.status.success() && text(&out).contains("1250000"),
+        "status: {}",
+        text(&out)
+    );
+    let _ = run.sigkill();
+    let out = without_btf(&pair)
+        .args(["cleanup", "--iface", "left0"])
+        .output()
+        .expect("spawn shaper cleanup");
+    assert!(out.status.success(), "cleanup: {}", text(&out));
+    assert_eq!(pair.left.tc_state("left0"), before);
+    let aggregate = [
+        "--rate",
+        "20mbit",
+        "--pacer",
+        "aggregate",
+        "--ingress-rate",
+        "20mbit",
+    ];
+    let mut run = ShaperProc::start_with_env(Some(&pair.left), "left0", &aggregate, &env);
+    let exit = run.sigterm();
+    assert_eq!(exit.code(), Some(0), "{}", exit.text());
+    assert_eq!(pair.left.tc_state("left0"), before);
 }

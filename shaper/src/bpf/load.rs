@@ -53,7 +53,12 @@ pub fn open_sharing(
     shared: &[(&str, &Path)],
 ) -> Result<Ebpf, LoadError> {
     let object = super::object()?;
+    // The kernel's BTF when it has one; no program needs it (none has
+    // CO-RE relocations), so a kernel built without it loads the same.
+    let kernel_btf =
+        aya::Btf::parse_file(crate::btf::kernel_btf_path(), aya::Endianness::default()).ok();
     let mut loader = EbpfLoader::new();
+    loader.btf(kernel_btf.as_ref());
     loader.map_max_entries(maps::FLOWS, flow_sets);
     for &(name, entries) in sizes {
         loader.map_max_entries(name, entries);
