@@ -169,6 +169,10 @@ pub struct RunArgs {
     /// policer isolates flows only.
     #[arg(long, value_enum, value_name = "MODE")]
     pub isolate: Option<crate::pacer::IsolateArg>,
+    /// Host isolation of the download alone, in place of --isolate's (as
+    /// sqm-scripts' `dual-srchost` up and `dual-dsthost` down).
+    #[arg(long, value_enum, value_name = "MODE", requires = "ingress_rate")]
+    pub ingress_isolate: Option<crate::pacer::IsolateArg>,
     /// Host isolation through masquerading (CAKE's `nat`): a connection's
     /// LAN host, recorded on the LAN side before the router's SNAT, is its
     /// host on the upload and the download. Needs --lan and an --isolate

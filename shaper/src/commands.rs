@@ -80,6 +80,10 @@ pub fn run(args: RunArgs) -> Result<()> {
     };
     let ingress = match args.ingress_rate {
         Some(rate) => {
+            let pacer = crate::pacer::PacerArgs {
+                isolate: args.ingress_isolate.or(args.isolate),
+                ..pacer.clone()
+            };
             let mut c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
             c.sample_every = None;
             let mode = c.pacer.isolation;
@@ -93,9 +97,10 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
         None => None,
     };
-    let isolates = args
-        .isolate
-        .is_some_and(|i| Isolation::from(i) != Isolation::Flows);
+    let isolates = [args.isolate, args.ingress_isolate]
+        .into_iter()
+        .flatten()
+        .any(|i| Isolation::from(i) != Isolation::Flows);
     match (args.nat, args.lans.is_empty(), isolates) {
         (true, true, _) => return Err(ConfigError::NatWithoutLan.into()),
         (true, false, false) => return Err(ConfigError::NatWithoutHosts.into()),

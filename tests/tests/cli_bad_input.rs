@@ -134,18 +134,16 @@ fn bad_isolation_options_exit_2() {
         &with(&["--isolate", "dual-srchost", "--pacer", "aggregate"]),
         &["--isolate", "fair pacer only"],
     );
-    expect_usage_error(
-        &pair,
-        &with(&[
-            "--ingress-rate",
-            "20mbit",
-            "--ingress-mode",
-            "police",
-            "--isolate",
-            "dual-dsthost",
-        ]),
-        &["--isolate dual-dsthost", "--ingress-mode ifb"],
-    );
+    // The policer has no host level, whichever flag gives the download
+    // its mode.
+    for flag in ["--isolate", "--ingress-isolate"] {
+        let police = ["--ingress-rate", "20mbit", "--ingress-mode", "police"];
+        expect_usage_error(
+            &pair,
+            &with(&[&police[..], &[flag, "dual-dsthost"]].concat()),
+            &["--isolate dual-dsthost", "--ingress-mode ifb"],
+        );
+    }
     // --nat: without the LAN side, without host isolation, with the WAN
     // or a missing interface for the LAN, or a LAN named twice.
     let nat =
@@ -167,6 +165,12 @@ fn bad_isolation_options_exit_2() {
         &pair,
         &nat(&["--lan", "lo", "--lan", "lo"]),
         &["--lan lo", "twice"],
+    );
+    // The download's own mode needs a download.
+    expect_usage_error(
+        &pair,
+        &with(&["--ingress-isolate", "dual-dsthost"]),
+        &["--ingress-rate"],
     );
 }
 

@@ -10,7 +10,9 @@
 //!   gets a flow's share, and must get at most [`NO_NAT_MOST`] (a ninth is
 //!   fair among flows) for the bar to mean anything.
 //! - **Download, dual-dsthost:** the same bars for downloads on the IFB
-//!   against CAKE in ingress mode with `nat dual-dsthost`.
+//!   against CAKE in ingress mode with `nat dual-dsthost`; the shaper runs
+//!   both ways as sqm-scripts' usual pair (`--isolate dual-srchost
+//!   --ingress-isolate dual-dsthost --nat`).
 //! - **triple-isolate** (upload, through NAT): with one server, every
 //!   flow's destination weighs it by all 9 flows (CAKE's `max(srchost,
 //!   dsthost)`): B's share must be at least CAKE `nat triple-isolate`'s
@@ -61,11 +63,19 @@ fn shaper(keyword: &str, nat: bool) -> State {
     }
 }
 
-fn shaper_download(keyword: &str) -> State {
-    State::ShaperIngress {
+/// The shaper both ways as sqm-scripts' usual pair: `dual-srchost` up,
+/// `ingress_keyword` down, through NAT.
+fn shaper_both_ways(ingress_keyword: &str) -> State {
+    let mut extra_args: Vec<String> =
+        ["--ingress-rate", RATE, "--ingress-isolate", ingress_keyword]
+            .iter()
+            .map(|a| (*a).to_owned())
+            .collect();
+    extra_args.extend(hosts::shaper_args(Isolation::DualSrcHost, true));
+    State::Shaper {
         bin: shaper_bin(),
         rate: rate(),
-        extra_args: hosts::shaper_args(mode(keyword), true),
+        extra_args,
     }
 }
 
@@ -114,14 +124,14 @@ fn upload_dual_srchost(tb: &Testbed) -> Verdict {
 fn download_dual_dsthost(tb: &Testbed) -> Verdict {
     let round = || {
         let (c, cg) = host_b(tb, cake_download("dual-dsthost"), true);
-        let (s, sg) = host_b(tb, shaper_download("dual-dsthost"), true);
+        let (s, sg) = host_b(tb, shaper_both_ways("dual-dsthost"), true);
         let bar = HALF_LEAST.max(c - CAKE_SLACK);
         verdict(
             s >= bar,
             format!(
-                "download, 8 flows to A, 1 to B: shaper (ifb) dual-dsthost --nat B {s:.3} (needs \
-                 ≥ {bar:.3}), goodput {sg:.3}; CAKE ingress nat dual-dsthost B {c:.3}, goodput \
-                 {cg:.3}"
+                "download, 8 flows to A, 1 to B: shaper (ifb) --ingress-isolate dual-dsthost --nat \
+                 B {s:.3} (needs ≥ {bar:.3}), goodput {sg:.3}; CAKE ingress nat dual-dsthost B \
+                 {c:.3}, goodput {cg:.3}"
             ),
         )
     };
