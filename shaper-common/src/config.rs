@@ -148,10 +148,6 @@ impl PacerConfig {
         self.flags & FLAG_FAIR != 0
     }
 
-    /// Flag: under host isolation, the LAN side's host of a TCP or UDP packet
-    /// is the one recorded before masquerading (`crate::nat`), when recorded:
-    /// the controller then loads the program that looks it up.
-    pub const FLAG_NAT: u32 = 1 << 7;
     /// The host isolation mode ([`FLAG_ISOLATION_SHIFT`]); `flows` for a
     /// value no mode has.
     #[inline(always)]

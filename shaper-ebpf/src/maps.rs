@@ -86,18 +86,6 @@ pub fn count(c: Counter, n: u64) {
     }
 }
 
-/// Adds `n` to counter `yes` when `which`, else to `no`: one lookup, no
-/// branch before it.
-#[inline(always)]
-pub fn count_either(which: bool, yes: Counter, no: Counter, n: u64) {
-    let (yes, no) = (yes as u32, no as u32);
-    let at = no.wrapping_add(yes.wrapping_sub(no).wrapping_mul(u32::from(which)));
-    if let Some(slot) = COUNTERS.get_ptr_mut(at) {
-        // SAFETY: as in `count`.
-        unsafe { *slot += n };
-    }
-}
-
 /// Counts one packet of `wire_len` bytes in tin `tin` on this CPU, with
 /// what its verdict adds: `drop`, `mark`, and `delay_ns` of scheduled
 /// delay. One lookup.

@@ -16,12 +16,12 @@ use shaper_common::{
     config::{FLAG_DELIVERY_MONO, FLAG_NO_L2, PacerConfig},
     counters::Counter,
     hosts::Side,
-    nat::{NAT_ENTRIES, NatKey, has_ports, lan_key, lan_side, wan_key},
+    nat::{NAT_ENTRIES, NatKey, lan_key, lan_side, wan_key},
 };
 
 use crate::{
     hook::TC_ACT_UNSPEC,
-    maps::{CONFIG, count_either},
+    maps::{CONFIG, count},
     parse::{Class, ipv4_ports},
 };
 
@@ -56,7 +56,8 @@ fn record(ctx: &TcContext) {
 /// by the recorded LAN host: on egress an upload's source, on an IFB fed
 /// from ingress a download's destination. `words` are the source's, the
 /// destination's and the word after a 20-byte IPv4 header (the ports);
-/// packets with options or without ports are not looked up.
+/// packets with options or without ports (`class.ports_off`) are not
+/// looked up.
 #[inline(always)]
 pub(crate) fn through_nat(
     config: &PacerConfig,
@@ -64,17 +65,28 @@ pub(crate) fn through_nat(
     words: (u32, u32, u32),
 ) -> (u32, u32) {
     let (src, dst, ports) = words;
-    if !has_ports(class.l4_proto) || class.ports_off != class.ecn.l3_off + 20 {
+    // The parse sets `ports_off` for whole TCP and UDP headers only.
+    if class.ports_off != class.ecn.l3_off + 20 {
         return (src, dst);
     }
     let upload = config.flags & FLAG_DELIVERY_MONO == 0;
     let key = wan_key(upload, src, dst, ports, class.l4_proto);
+    let found = NAT.get_ptr(&key);
+    count(
+        if found.is_some() {
+            Counter::NatFound
+        } else {
+            Counter::NatMissed
+        },
+        1,
+    );
+    let Some(lan) = found else {
+        return (src, dst);
+    };
     // SAFETY: as in `record`.
-    let found = NAT.get_ptr(&key).map(|v| unsafe { v.read_volatile() });
-    count_either(found.is_some(), Counter::NatFound, Counter::NatMissed, 1);
-    match (found, lan_side(upload)) {
-        (Some(lan), Side::Src) => (lan, dst),
-        (Some(lan), Side::Dst) => (src, lan),
-        (None, _) => (src, dst),
+    let lan = unsafe { lan.read_volatile() };
+    match lan_side(upload) {
+        Side::Src => (lan, dst),
+        Side::Dst => (src, lan),
     }
 }

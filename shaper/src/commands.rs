@@ -70,7 +70,7 @@ fn check_not_shaped(link: &Link, paths: &Paths) -> Result<()> {
 /// `shaper run`.
 pub fn run(args: RunArgs) -> Result<()> {
     let pacer = args.pacer_args();
-    let egress = match args.rate {
+    let mut egress = match args.rate {
         Some(rate) => {
             let mut c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
             c.sample_every = (!args.no_telemetry).then_some(args.sample);
@@ -78,7 +78,7 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
         None => None,
     };
-    let ingress = match args.ingress_rate {
+    let mut ingress = match args.ingress_rate {
         Some(rate) => {
             let pacer = crate::pacer::PacerArgs {
                 isolate: args.ingress_isolate.or(args.isolate),
@@ -114,7 +114,6 @@ pub fn run(args: RunArgs) -> Result<()> {
     check_not_shaped(&link, &paths)?;
     let lans = nat::check_lans(&args.lans, &link.name)?;
     let nat_map = args.nat.then(|| crate::pins::nat_map(&paths));
-    let (mut egress, mut ingress) = (egress, ingress);
     for c in egress.iter_mut().chain(ingress.iter_mut()) {
         c.nat_map.clone_from(&nat_map);
     }

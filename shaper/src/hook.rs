@@ -152,15 +152,42 @@ pub(crate) fn ensure_clsact(
     paths: &Paths,
     record: &mut Record,
 ) -> Result<(), AttachError> {
-    let iface = link.name.as_str();
-    if record.created_clsact
-        || tc::has_clsact(link.ifindex).map_err(tc_err("looking for clsact", iface))?
-    {
+    if record.created_clsact {
         return Ok(());
     }
-    record.created_clsact = true;
-    record.store(&paths.record)?;
+    ensure_clsact_noting(link, || {
+        record.created_clsact = true;
+        record.store(&paths.record).map_err(AttachError::from)
+    })
+}
+
+/// Creates the clsact qdisc on `link` unless it has one, calling `note`
+/// first to record that the shaper made it.
+pub(crate) fn ensure_clsact_noting(
+    link: &Link,
+    note: impl FnOnce() -> Result<(), AttachError>,
+) -> Result<(), AttachError> {
+    let iface = link.name.as_str();
+    if tc::has_clsact(link.ifindex).map_err(tc_err("looking for clsact", iface))? {
+        return Ok(());
+    }
+    note()?;
     tc::add_clsact(link.ifindex).map_err(tc_err("adding the clsact qdisc", iface))
+}
+
+/// Removes the clsact qdisc of `iface` when the shaper `created` it and it
+/// is still there on the `present` device.
+pub(crate) fn remove_created_clsact(
+    iface: &str,
+    ifindex: u32,
+    created: bool,
+    present: bool,
+) -> Result<(), AttachError> {
+    if created && present && !clsact_gone(iface) {
+        tc::delete_clsact(ifindex).map_err(tc_err("removing the clsact qdisc", iface))
+    } else {
+        Ok(())
+    }
 }
 
 /// Attaches `program` at `link`'s hook `ty`: a TCX link pinned at

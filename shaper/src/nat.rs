@@ -37,11 +37,13 @@ use tracing::info;
 use crate::{
     bpf,
     checks::{CheckError, kernel_has_tcx},
-    hook::{AttachError, attach_classifier, clsact_gone, detach_classifier, pin_err, tc_err},
+    hook::{
+        AttachError, attach_classifier, detach_classifier, ensure_clsact_noting, pin_err,
+        remove_created_clsact,
+    },
     link::{Link, LinkError, link_by_name},
     pins,
     state::{LanRecord, Paths, Record},
-    tc,
 };
 
 /// Looks up the `--lan` interfaces before anything changes: each must
@@ -101,12 +103,11 @@ pub fn attach(lans: &[Link], paths: &Paths, record: &mut Record) -> Result<Vec<E
             attach: None,
         });
         record.store(&paths.record)?;
-        if !kernel_has_tcx()
-            && !tc::has_clsact(lan.ifindex).map_err(tc_err("looking for clsact", &lan.name))?
-        {
-            record.lans[at].created_clsact = true;
-            record.store(&paths.record)?;
-            tc::add_clsact(lan.ifindex).map_err(tc_err("adding the clsact qdisc", &lan.name))?;
+        if !kernel_has_tcx() {
+            ensure_clsact_noting(lan, || {
+                record.lans[at].created_clsact = true;
+                record.store(&paths.record).map_err(AttachError::from)
+            })?;
         }
         let program = bpf::load::classifier(&mut ebpf, NAT_LAN_PROGRAM)?;
         attach_classifier(
@@ -141,11 +142,7 @@ pub fn detach(record: &Record, paths: &Paths) -> Result<(), AttachError> {
             &pins::lan_link(paths, &lan.name),
             present,
         );
-        let clsact = if lan.created_clsact && present && !clsact_gone(&lan.name) {
-            tc::delete_clsact(lan.ifindex).map_err(tc_err("removing the clsact qdisc", &lan.name))
-        } else {
-            Ok(())
-        };
+        let clsact = remove_created_clsact(&lan.name, lan.ifindex, lan.created_clsact, present);
         if first.is_ok() {
             first = detached.and(clsact);
         }

@@ -20,7 +20,7 @@ use tracing::{info, warn};
 
 use crate::{
     gso,
-    hook::{AttachError, clsact_gone, detach_classifier, tc_err},
+    hook::{AttachError, detach_classifier, remove_created_clsact, tc_err},
     ifb,
     link::link_by_name,
     pins,
@@ -74,9 +74,12 @@ pub fn undo(record: &Record, paths: &Paths) -> Result<(), AttachError> {
         keep(detach_ingress(record, ingress, paths, present));
     }
     keep(crate::nat::detach(record, paths));
-    if record.created_clsact && present && !clsact_gone(iface) {
-        keep(tc::delete_clsact(record.ifindex).map_err(tc_err("removing the clsact qdisc", iface)));
-    }
+    keep(remove_created_clsact(
+        iface,
+        record.ifindex,
+        record.created_clsact,
+        present,
+    ));
 
     // Root qdisc: only if it is still ours; someone may have replaced it.
     if record.replaced_root && present {

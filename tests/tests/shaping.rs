@@ -341,15 +341,21 @@ fn the_lan_side_of_nat_attaches_and_comes_off_after_sigterm_and_sigkill() {
     assert_eq!(after, before);
 }
 
-/// A `shaper` command in the left namespace that finds no kernel BTF.
-fn without_btf(pair: &Pair) -> std::process::Command {
-    let mut c = pair.left.shaper();
-    c.env(shaper::btf::KERNEL_BTF_ENV, NO_BTF);
-    c
-}
-
 /// A kernel BTF file that is not there.
 const NO_BTF: &str = "/nonexistent/vmlinux";
+
+/// `shaper ARGS` in the left namespace, finding no kernel BTF: its exit
+/// code and everything it printed.
+fn without_btf(pair: &Pair, args: &[&str]) -> (Option<i32>, String) {
+    let out = pair
+        .left
+        .shaper()
+        .env(shaper::btf::KERNEL_BTF_ENV, NO_BTF)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("spawn shaper {args:?}: {e}"));
+    (out.status.code(), text(&out))
+}
 
 #[test]
 fn every_command_but_trace_works_without_kernel_btf() {
@@ -360,21 +366,11 @@ fn every_command_but_trace_works_without_kernel_btf() {
     let before = pair.left.tc_state("left0");
     let env = [(shaper::btf::KERNEL_BTF_ENV, NO_BTF)];
     // The tracer alone needs BTF: it says so, exits 2 and changes nothing.
-    let out = without_btf(&pair)
-        .args(["trace", "--iface", "left0", "--duration", "1s"])
-        .output()
-        .expect("spawn shaper trace");
-    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
-    assert!(
-        text(&out).contains("CONFIG_DEBUG_INFO_BTF"),
-        "{}",
-        text(&out)
-    );
-    let out = without_btf(&pair)
-        .args(["observe", "--iface", "left0", "--duration", "1s"])
-        .output()
-        .expect("spawn shaper observe");
-    assert!(out.status.success(), "observe: {}", text(&out));
+    let (code, out) = without_btf(&pair, &["trace", "--iface", "left0", "--duration", "1s"]);
+    assert_eq!(code, Some(2), "{out}");
+    assert!(out.contains("CONFIG_DEBUG_INFO_BTF"), "{out}");
+    let (code, out) = without_btf(&pair, &["observe", "--iface", "left0", "--duration", "1s"]);
+    assert_eq!(code, Some(0), "observe: {out}");
     assert_eq!(pair.left.tc_state("left0"), before);
     // The fair pacer with the policer, the rate changed live, then SIGKILL
     // and cleanup; the aggregate pacer with the IFB, then SIGTERM.
@@ -387,27 +383,14 @@ fn every_command_but_trace_works_without_kernel_btf() {
         "police",
     ];
     let mut run = ShaperProc::start_with_env(Some(&pair.left), "left0", &fair, &env);
-    let out = without_btf(&pair)
-        .args(["set-rate", "--iface", "left0", "10mbit"])
-        .output()
-        .expect("spawn shaper set-rate");
-    assert!(out.status.success(), "set-rate: {}", text(&out));
-    let out = without_btf(&pair)
-        .args(["status", "--iface", "left0"])
-        .output()
-        .expect("spawn shaper status");
-    assert!(
-        // 10 Mbit/s is 1,250,000 bytes/s.
-        out.status.success() && text(&out).contains("1250000"),
-        "status: {}",
-        text(&out)
-    );
+    let (code, out) = without_btf(&pair, &["set-rate", "--iface", "left0", "10mbit"]);
+    assert_eq!(code, Some(0), "set-rate: {out}");
+    let (code, out) = without_btf(&pair, &["status", "--iface", "left0"]);
+    // 10 Mbit/s is 1,250,000 bytes/s.
+    assert!(code == Some(0) && out.contains("1250000"), "status: {out}");
     let _ = run.sigkill();
-    let out = without_btf(&pair)
-        .args(["cleanup", "--iface", "left0"])
-        .output()
-        .expect("spawn shaper cleanup");
-    assert!(out.status.success(), "cleanup: {}", text(&out));
+    let (code, out) = without_btf(&pair, &["cleanup", "--iface", "left0"]);
+    assert_eq!(code, Some(0), "cleanup: {out}");
     assert_eq!(pair.left.tc_state("left0"), before);
     let aggregate = [
         "--rate",

@@ -342,22 +342,19 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     } else {
         None
     };
-    let overhead = if opts.case_reps > 0 {
+    let (overhead, isolation) = if opts.case_reps > 0 {
         let timing = Timing::new(opts.case_duration, OMIT);
-        Some(super::overhead::run(&opts.bin, timing, opts.case_reps)?)
+        (
+            Some(super::overhead::run(&opts.bin, timing, opts.case_reps)?),
+            Some(super::isolation::run(
+                &opts.bin,
+                opts.rate,
+                timing,
+                opts.case_reps,
+            )?),
+        )
     } else {
-        None
-    };
-    let isolation = if opts.case_reps > 0 {
-        let timing = Timing::new(opts.case_duration, OMIT);
-        Some(super::isolation::run(
-            &opts.bin,
-            opts.rate,
-            timing,
-            opts.case_reps,
-        )?)
-    } else {
-        None
+        (None, None)
     };
     let matrix = if opts.matrix {
         let timing = Timing::new(opts.case_duration, OMIT);
