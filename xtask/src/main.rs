@@ -54,6 +54,10 @@ enum Task {
     Lab(lab::LabArgs),
     /// Boot a stock Debian kernel in QEMU and run CMD inside.
     Vm {
+        /// The guest's architecture (arm64 runs only static aarch64 builds
+        /// of the project's programs: `cargo xtask dist --target aarch64`).
+        #[arg(long, value_enum, default_value = "x86_64")]
+        arch: vm::Arch,
         /// Kernel to boot.
         #[arg(long, value_enum, default_value = "6.12")]
         kernel: vm::Kernel,
@@ -185,7 +189,7 @@ fn run(cli: Cli) -> Result<i32> {
         Task::Test(args) => test::run(&root, &args),
         Task::Bench(args) => bench::run(&root, &args),
         Task::Lab(args) => lab::run(&root, &args),
-        Task::Vm { kernel, cmd } => vm::run(&root, kernel, &cmd),
+        Task::Vm { arch, kernel, cmd } => vm::run(&root, vm::Guest { arch, kernel }, &cmd),
         Task::ExecTests { plan, out } => test::exec_tests(&plan, &out),
         Task::VmGuestGuard => {
             if !vm::hold_tcx_key()? {

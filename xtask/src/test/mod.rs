@@ -294,7 +294,8 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
                         ("SHAPER_REQUIRE_FULL_KERNEL".into(), "1".into()),
                     ],
                 };
-                vm_stage::run(root, kernel, &dir, &plan)
+                let runner = std::env::current_exe().context("cannot find xtask's executable")?;
+                vm_stage::run(root, kernel.into(), &runner, &dir, &plan)
             });
         }
     }

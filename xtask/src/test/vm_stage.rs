@@ -31,15 +31,17 @@ use crate::vm;
 /// Boots a stage may take: the first, and one after a guest crash.
 const BOOTS: u32 = 2;
 
-/// Runs `plan` in a guest of `kernel`, keeping plans, records and crash
-/// logs in `dir`. Returns whether every test passed, and the records.
+/// Runs `plan` in `guest`, keeping plans, records and crash logs in `dir`,
+/// through `runner`: an xtask executable the guest can run (this one on
+/// x86, a static aarch64 build on arm64). Returns whether every test
+/// passed, and the records.
 pub(super) fn run(
     root: &Path,
-    kernel: vm::Kernel,
+    guest: vm::Guest,
+    runner: &Path,
     dir: &Path,
     plan: &Plan,
 ) -> Result<(bool, Vec<TestRecord>)> {
-    let xtask = std::env::current_exe().context("cannot find xtask's executable")?;
     let mut records: Vec<TestRecord> = Vec::new();
     let mut pending = plan.clone();
     let mut crash: Option<Crash> = None;
@@ -54,14 +56,14 @@ pub(super) fn run(
         std::fs::write(&plan_path, serde_json::to_string(&pending)?)
             .with_context(|| format!("cannot write {}", plan_path.display()))?;
         let cmd: Vec<String> = vec![
-            xtask.display().to_string(),
+            runner.display().to_string(),
             "exec-tests".into(),
             "--plan".into(),
             plan_path.display().to_string(),
             "--out".into(),
             out_path.display().to_string(),
         ];
-        let code = vm::run(root, kernel, &cmd);
+        let code = vm::run(root, guest, &cmd);
         let mut got = exec::read_records(&out_path).unwrap_or_default();
         if let Some(c) = crash.take() {
             c.note_on(&mut got);

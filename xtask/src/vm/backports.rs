@@ -16,15 +16,16 @@
 //! they are. The mirror is the one the host's sources already use for
 //! Debian, so a machine behind its own mirror keeps using it.
 //!
-//! Non-goals: other suites, flavours or architectures.
+//! Non-goals: other suites or flavours; architectures other than amd64
+//! and arm64.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 
-use super::Tools;
 use super::debs::{find_deb, run_captured, version_cmp};
+use super::{Arch, Tools};
 
 /// The suite that carries Linux 7.x for Debian 13.
 const SUITE: &str = "trixie-backports";
@@ -37,8 +38,17 @@ const PARTS: [&str; 3] = ["linux-binary-", "linux-modules-", "linux-base-"];
 
 /// Downloads the newest usable 7.x release's packages into `dest`; returns
 /// the release (`7.3.4+deb13-amd64`) and the downloaded files.
-pub(crate) fn fetch(vm_dir: &Path, dest: &Path, tools: &Tools) -> Result<(String, Vec<PathBuf>)> {
-    let apt = PrivateApt::create(&vm_dir.join("apt-backports"))?;
+pub(crate) fn fetch(
+    vm_dir: &Path,
+    dest: &Path,
+    arch: Arch,
+    tools: &Tools,
+) -> Result<(String, Vec<PathBuf>)> {
+    let dir = match arch {
+        Arch::X86_64 => vm_dir.join("apt-backports"),
+        Arch::Arm64 => vm_dir.join("apt-backports-arm64"),
+    };
+    let apt = PrivateApt::create(&dir, arch)?;
     eprintln!(
         "xtask vm: first use of kernel 7: reading {SUITE} from {}",
         apt.mirror
@@ -55,11 +65,12 @@ pub(crate) fn fetch(vm_dir: &Path, dest: &Path, tools: &Tools) -> Result<(String
         ]),
         "apt-cache search (trixie-backports)",
     )?;
-    let Some(release) = newest_complete_release(&listing) else {
+    let Some(release) = newest_complete_release(&listing, arch) else {
         bail!(
             "{SUITE} at {} lists no Linux 7.x release with binary, modules and base packages \
-             for amd64",
-            apt.mirror
+             for {}",
+            apt.mirror,
+            arch.debian()
         );
     };
     let packages: Vec<String> = PARTS.iter().map(|p| format!("{p}{release}")).collect();
@@ -82,10 +93,11 @@ pub(crate) fn fetch(vm_dir: &Path, dest: &Path, tools: &Tools) -> Result<(String
 struct PrivateApt {
     dir: PathBuf,
     mirror: String,
+    arch: Arch,
 }
 
 impl PrivateApt {
-    fn create(dir: &Path) -> Result<PrivateApt> {
+    fn create(dir: &Path, arch: Arch) -> Result<PrivateApt> {
         for sub in ["lists/partial", "cache/archives/partial"] {
             let d = dir.join(sub);
             std::fs::create_dir_all(&d)
@@ -100,12 +112,14 @@ impl PrivateApt {
         Ok(PrivateApt {
             dir: dir.to_owned(),
             mirror,
+            arch,
         })
     }
 
     fn command(&self, program: &Path) -> Command {
         let mut c = Command::new(program);
         let d = self.dir.display();
+        let arch = self.arch.debian();
         c.args([
             "-o",
             &format!("Dir::Etc::SourceList={d}/sources.list"),
@@ -116,16 +130,16 @@ impl PrivateApt {
             "-o",
             &format!("Dir::Cache={d}/cache"),
             "-o",
-            "APT::Architecture=amd64",
+            &format!("APT::Architecture={arch}"),
             "-o",
-            "APT::Architectures=amd64",
+            &format!("APT::Architectures={arch}"),
         ]);
         c
     }
 }
 
 /// The Debian mirror the host's own sources use, if any.
-fn host_mirror() -> Option<String> {
+pub(crate) fn host_mirror() -> Option<String> {
     let mut texts = Vec::new();
     if let Ok(s) = std::fs::read_to_string("/etc/apt/sources.list") {
         texts.push(s);
@@ -170,11 +184,13 @@ fn mirror_in(text: &str) -> Option<String> {
 }
 
 /// The release of `package` when it is one of the three parts of a generic
-/// amd64 7.x kernel (`linux-modules-7.3.4+deb13-amd64` → `7.3.4+deb13-amd64`).
-fn release_of(package: &str) -> Option<(usize, &str)> {
+/// 7.x kernel of `arch` (`linux-modules-7.3.4+deb13-amd64` →
+/// `7.3.4+deb13-amd64`).
+fn release_of(package: &str, arch: Arch) -> Option<(usize, &str)> {
+    let suffix = format!("+deb13-{}", arch.debian());
     PARTS.iter().enumerate().find_map(|(i, prefix)| {
         let release = package.strip_prefix(prefix)?;
-        let number = release.strip_prefix("7.")?.strip_suffix("+deb13-amd64")?;
+        let number = release.strip_prefix("7.")?.strip_suffix(suffix.as_str())?;
         let numeric = !number.is_empty()
             && number.bytes().all(|b| b.is_ascii_digit() || b == b'.')
             && !number.starts_with('.')
@@ -184,12 +200,12 @@ fn release_of(package: &str) -> Option<(usize, &str)> {
 }
 
 /// The newest release that has all three parts in `apt-cache search` output.
-fn newest_complete_release(listing: &str) -> Option<String> {
+fn newest_complete_release(listing: &str, arch: Arch) -> Option<String> {
     let mut seen: Vec<(&str, [bool; 3])> = Vec::new();
     for (part, release) in listing
         .lines()
         .filter_map(|l| l.split_whitespace().next())
-        .filter_map(release_of)
+        .filter_map(|p| release_of(p, arch))
     {
         match seen.iter_mut().find(|(r, _)| *r == release) {
             Some((_, parts)) => parts[part] = true,
@@ -229,7 +245,7 @@ linux-image-7.3.4+deb13-amd64-dbg - Linux 7.3.4 for 64-bit PCs (debug symbols)
     fn the_newest_release_with_all_three_parts_wins() {
         // 7.4.1 has a binary but no modules or base of the generic flavour.
         assert_eq!(
-            newest_complete_release(LISTING).as_deref(),
+            newest_complete_release(LISTING, Arch::X86_64).as_deref(),
             Some("7.3.4+deb13-amd64")
         );
     }
@@ -238,22 +254,39 @@ linux-image-7.3.4+deb13-amd64-dbg - Linux 7.3.4 for 64-bit PCs (debug symbols)
     fn releases_compare_numerically() {
         let listing = LISTING.replace("7.3.4", "7.2.9");
         assert_eq!(
-            newest_complete_release(&listing).as_deref(),
+            newest_complete_release(&listing, Arch::X86_64).as_deref(),
             Some("7.2.12+deb13-amd64")
         );
         assert_eq!(
-            newest_complete_release("linux-binary-7.3.4+deb13-amd64 - x\n"),
+            newest_complete_release("linux-binary-7.3.4+deb13-amd64 - x\n", Arch::X86_64),
             None
         );
     }
 
     #[test]
     fn other_flavours_and_lines_are_not_releases() {
-        assert_eq!(release_of("linux-base-7.3.4+deb13-cloud-amd64"), None);
-        assert_eq!(release_of("linux-binary-6.19.2+deb13-amd64"), None);
-        assert_eq!(release_of("linux-image-7.3.4+deb13-amd64"), None);
         assert_eq!(
-            release_of("linux-modules-7.3.4+deb13-amd64"),
+            release_of("linux-base-7.3.4+deb13-cloud-amd64", Arch::X86_64),
+            None
+        );
+        assert_eq!(
+            release_of("linux-binary-6.19.2+deb13-amd64", Arch::X86_64),
+            None
+        );
+        assert_eq!(
+            release_of("linux-image-7.3.4+deb13-amd64", Arch::X86_64),
+            None
+        );
+        assert_eq!(
+            release_of("linux-base-7.3.4+deb13-amd64", Arch::Arm64),
+            None
+        );
+        assert_eq!(
+            release_of("linux-base-7.3.4+deb13-arm64", Arch::Arm64),
+            Some((2, "7.3.4+deb13-arm64"))
+        );
+        assert_eq!(
+            release_of("linux-modules-7.3.4+deb13-amd64", Arch::X86_64),
             Some((1, "7.3.4+deb13-amd64"))
         );
     }

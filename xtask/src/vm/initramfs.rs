@@ -36,9 +36,16 @@ const MODPROBE_SH: &str = include_str!("modprobe.sh");
 const BOOT_MODULES: &[&str] = &["virtio_pci", "9pnet_virtio", "9p", "virtio_console"];
 
 /// Writes the cached base archive for the kernel whose unpacked, indexed
-/// module directory (`lib/modules/<release>`) is `modules`, staging its files
-/// in the empty-or-absent directory `staging` (removed afterwards).
-pub(crate) fn write_base(tools: &Tools, modules: &Path, staging: &Path, out: &Path) -> Result<()> {
+/// module directory (`lib/modules/<release>`) is `modules`, with `busybox`
+/// (a static busybox of the guest's architecture), staging its files in the
+/// empty-or-absent directory `staging` (removed afterwards).
+pub(crate) fn write_base(
+    tools: &Tools,
+    busybox: &Path,
+    modules: &Path,
+    staging: &Path,
+    out: &Path,
+) -> Result<()> {
     let read = |name: &str| {
         let path = modules.join(name);
         std::fs::read_to_string(&path).with_context(|| format!("cannot read {}", path.display()))
@@ -53,8 +60,8 @@ pub(crate) fn write_base(tools: &Tools, modules: &Path, staging: &Path, out: &Pa
         std::fs::create_dir_all(staging.join(dir))
             .with_context(|| format!("cannot create {}", staging.display()))?;
     }
-    std::fs::copy(&tools.busybox, staging.join("bin/busybox"))
-        .with_context(|| format!("cannot copy {}", tools.busybox.display()))?;
+    std::fs::copy(busybox, staging.join("bin/busybox"))
+        .with_context(|| format!("cannot copy {}", busybox.display()))?;
     std::os::unix::fs::symlink("busybox", staging.join("bin/sh"))
         .context("cannot link bin/sh to busybox")?;
 

@@ -30,7 +30,7 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 
 use super::debs::{find_deb, run_captured, version_cmp};
-use super::{Kernel, Tools, backports, elf, initramfs};
+use super::{Arch, Guest, Kernel, Tools, backports, elf, initramfs};
 
 /// Bumped whenever the cache's contents change shape, so that old caches are
 /// rebuilt rather than misread.
@@ -50,9 +50,16 @@ pub(crate) fn vm_dir(workspace: &Path) -> PathBuf {
     workspace.join("target").join("vm")
 }
 
-/// Returns the cached `kernel`, fetching and preparing it first if needed.
-pub(crate) fn prepare(workspace: &Path, kernel: Kernel, tools: &Tools) -> Result<Cached> {
-    let dir = vm_dir(workspace).join(kernel.line());
+/// Returns the cached `guest` kernel, fetching and preparing it first if
+/// needed; `busybox` (static, of the guest's architecture) goes into its
+/// initramfs.
+pub(crate) fn prepare(
+    workspace: &Path,
+    guest: Guest,
+    tools: &Tools,
+    busybox: &Path,
+) -> Result<Cached> {
+    let dir = vm_dir(workspace).join(guest.name());
     if is_complete(&dir) {
         return Ok(cached_in(&dir));
     }
@@ -65,12 +72,12 @@ pub(crate) fn prepare(workspace: &Path, kernel: Kernel, tools: &Tools) -> Result
             .with_context(|| format!("cannot remove the stale cache {}", dir.display()))?;
     }
     let started = Instant::now();
-    let tmp = vm_dir(workspace).join(format!(".prepare-{}-{}", kernel.line(), std::process::id()));
+    let tmp = vm_dir(workspace).join(format!(".prepare-{}-{}", guest.name(), std::process::id()));
     if tmp.exists() {
         std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot clear {}", tmp.display()))?;
     }
     std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    if let Err(e) = build_cache(&tmp, kernel, tools) {
+    if let Err(e) = build_cache(&tmp, guest, tools, busybox) {
         let _ = std::fs::remove_dir_all(&tmp);
         return Err(e);
     }
@@ -84,7 +91,7 @@ pub(crate) fn prepare(workspace: &Path, kernel: Kernel, tools: &Tools) -> Result
     }
     eprintln!(
         "xtask vm: kernel {} prepared in {:.1} s (cached in {})",
-        kernel.line(),
+        guest.name(),
         started.elapsed().as_secs_f64(),
         dir.display()
     );
@@ -112,7 +119,7 @@ fn is_complete(dir: &Path) -> bool {
 
 /// Downloads the newest bookworm `linux-image` package of `kernel` into
 /// `tmp`; returns its release and the file.
-fn fetch_bookworm(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<(String, Vec<PathBuf>)> {
+fn fetch_bookworm(tmp: &Path, guest: Guest, tools: &Tools) -> Result<(String, Vec<PathBuf>)> {
     // A fresh machine may have empty or stale package lists: refresh them
     // once when the search finds nothing or the download fails.
     let search = || {
@@ -120,7 +127,7 @@ fn fetch_bookworm(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<(String, 
             Command::new(&tools.apt_cache).args([
                 "search",
                 "--names-only",
-                kernel.apt_search_pattern(),
+                guest.kernel.apt_search_pattern(),
             ]),
             "apt-cache search",
         )
@@ -137,12 +144,13 @@ fn fetch_bookworm(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<(String, 
         if attempt == 1 {
             refresh()?;
         }
-        let Some(release) = newest_release(kernel, &search()?) else {
+        let Some(release) = newest_release(guest, &search()?) else {
             if attempt == 1 {
                 bail!(
                     "apt knows no package {} even after apt-get update: Debian bookworm and \
-                     bookworm-security must be in the apt sources",
-                    kernel.package_glob()
+                     bookworm-security must be in the apt sources (and, for arm64, the \
+                     architecture in dpkg's: `dpkg --add-architecture arm64`)",
+                    guest.package_glob()
                 );
             }
             continue;
@@ -150,11 +158,13 @@ fn fetch_bookworm(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<(String, 
         let package = format!("linux-image-{release}");
         eprintln!(
             "xtask vm: first use of kernel {}: fetching {package}",
-            kernel.line()
+            guest.name()
         );
+        // The architecture qualifier lets apt fetch a foreign one.
+        let qualified = format!("{package}:{}", guest.arch.debian());
         let downloaded = run_captured(
             Command::new(&tools.apt_get)
-                .args(["download", "-q", &package])
+                .args(["download", "-q", &qualified])
                 .current_dir(tmp),
             "apt-get download",
         );
@@ -172,10 +182,10 @@ fn fetch_bookworm(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<(String, 
 }
 
 /// Fills the empty directory `tmp` with a complete cache for `kernel`.
-fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
-    let (release, debs) = match kernel {
-        Kernel::V7 => backports::fetch(tmp.parent().unwrap_or(tmp), tmp, tools)?,
-        Kernel::V6_12 | Kernel::V6_1 => fetch_bookworm(tmp, kernel, tools)?,
+fn build_cache(tmp: &Path, guest: Guest, tools: &Tools, busybox: &Path) -> Result<()> {
+    let (release, debs) = match guest.kernel {
+        Kernel::V7 => backports::fetch(tmp.parent().unwrap_or(tmp), tmp, guest.arch, tools)?,
+        Kernel::V6_12 | Kernel::V6_1 => fetch_bookworm(tmp, guest, tools)?,
     };
     let tree = tmp.join("tree");
     for deb in &debs {
@@ -209,7 +219,8 @@ fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
         .with_context(|| format!("the {release} packages have no kernel config"))?;
     let config = std::fs::read_to_string(&config)
         .with_context(|| format!("cannot read {}", config.display()))?;
-    if config.lines().any(|line| line == "CONFIG_PVH=y") {
+    // PVH is an x86 entry point; arm64's QEMU boots the Image as it is.
+    if guest.arch == Arch::X86_64 && config.lines().any(|line| line == "CONFIG_PVH=y") {
         extract_vmlinux(tools, tmp)?;
     }
 
@@ -224,6 +235,7 @@ fn build_cache(tmp: &Path, kernel: Kernel, tools: &Tools) -> Result<()> {
     )?;
     initramfs::write_base(
         tools,
+        busybox,
         &modules,
         &tmp.join("initramfs"),
         &tmp.join("base.cpio"),
@@ -309,23 +321,16 @@ fn find_all(haystack: &[u8], needle: &[u8]) -> Vec<usize> {
         .collect()
 }
 
-impl Kernel {
+impl Guest {
     /// The generic-flavour release names of this line look like
     /// `<prefix><number><suffix>`; anything else (cloud, rt, dbg, unsigned,
-    /// meta-packages) is not bootable here or not a kernel image.
-    fn release_shape(self) -> (&'static str, &'static str) {
-        match self {
-            Kernel::V6_12 => ("6.12.", "+deb12-amd64"),
-            Kernel::V6_1 => ("6.1.0-", "-amd64"),
-            Kernel::V7 => ("7.", "+deb13-amd64"),
-        }
-    }
-
-    fn apt_search_pattern(self) -> &'static str {
-        match self {
-            Kernel::V6_12 => r"^linux-image-6\.12\.",
-            Kernel::V6_1 => r"^linux-image-6\.1\.0-",
-            Kernel::V7 => r"^linux-binary-7\.",
+    /// 16k pages, meta-packages) is not bootable here or not a kernel image.
+    fn release_shape(self) -> (&'static str, String) {
+        let arch = self.arch.debian();
+        match self.kernel {
+            Kernel::V6_12 => ("6.12.", format!("+deb12-{arch}")),
+            Kernel::V6_1 => ("6.1.0-", format!("-{arch}")),
+            Kernel::V7 => ("7.", format!("+deb13-{arch}")),
         }
     }
 
@@ -335,23 +340,35 @@ impl Kernel {
     }
 
     /// The release (`6.12.117+deb12-amd64`) if `package` is a generic-flavour
-    /// image of this line.
+    /// image of this line and architecture.
     fn release_of(self, package: &str) -> Option<&str> {
         let release = package.strip_prefix("linux-image-")?;
         let (prefix, suffix) = self.release_shape();
-        let number = release.strip_prefix(prefix)?.strip_suffix(suffix)?;
+        let number = release
+            .strip_prefix(prefix)?
+            .strip_suffix(suffix.as_str())?;
         let numeric = !number.is_empty() && number.bytes().all(|b| b.is_ascii_digit());
         numeric.then_some(release)
     }
 }
 
+impl Kernel {
+    fn apt_search_pattern(self) -> &'static str {
+        match self {
+            Kernel::V6_12 => r"^linux-image-6\.12\.",
+            Kernel::V6_1 => r"^linux-image-6\.1\.0-",
+            Kernel::V7 => r"^linux-binary-7\.",
+        }
+    }
+}
+
 /// Picks the newest release of `kernel` from `apt-cache search` output
 /// (`<package> - <description>` per line).
-fn newest_release(kernel: Kernel, listing: &str) -> Option<String> {
+fn newest_release(guest: Guest, listing: &str) -> Option<String> {
     listing
         .lines()
         .filter_map(|line| line.split_whitespace().next())
-        .filter_map(|package| kernel.release_of(package))
+        .filter_map(|package| guest.release_of(package))
         .max_by(|a, b| version_cmp(a, b))
         .map(str::to_owned)
 }
@@ -374,12 +391,28 @@ linux-image-6.1.0-57-amd64 - Linux 6.1 for 64-bit PCs (signed)
 linux-image-6.1.0-57-cloud-amd64 - Linux 6.1 for x86-64 cloud (signed)
 linux-image-6.1.0-60-rt-amd64 - Linux 6.1 for 64-bit PCs (signed), PREEMPT_RT
 linux-image-6.1.0-56-amd64 - Linux 6.1 for 64-bit PCs (signed)
+linux-image-6.12.118+deb12-arm64 - Linux 6.12 for 64-bit ARMv8 machines (signed)
+linux-image-6.12.119+deb12-arm64-16k - Linux 6.12 for 64-bit ARMv8 machines with 16k pages
+linux-image-6.12.119+deb12-cloud-arm64 - Linux 6.12 for arm64 cloud
 ";
+
+    #[test]
+    fn arm64_picks_its_own_generic_flavour() {
+        let guest = Guest {
+            arch: Arch::Arm64,
+            kernel: Kernel::V6_12,
+        };
+        assert_eq!(
+            newest_release(guest, LISTING).as_deref(),
+            Some("6.12.118+deb12-arm64")
+        );
+        assert_eq!(guest.name(), "arm64-6.12");
+    }
 
     #[test]
     fn picks_newest_generic_6_12() {
         assert_eq!(
-            newest_release(Kernel::V6_12, LISTING).as_deref(),
+            newest_release(Guest::from(Kernel::V6_12), LISTING).as_deref(),
             Some("6.12.117+deb12-amd64")
         );
     }
@@ -387,7 +420,7 @@ linux-image-6.1.0-56-amd64 - Linux 6.1 for 64-bit PCs (signed)
     #[test]
     fn picks_newest_generic_6_1_numerically() {
         assert_eq!(
-            newest_release(Kernel::V6_1, LISTING).as_deref(),
+            newest_release(Guest::from(Kernel::V6_1), LISTING).as_deref(),
             Some("6.1.0-57-amd64")
         );
     }
@@ -395,17 +428,20 @@ linux-image-6.1.0-56-amd64 - Linux 6.1 for 64-bit PCs (signed)
     #[test]
     fn no_candidate_gives_none() {
         let listing = "linux-image-6.12.117+deb12-cloud-amd64 - cloud only\n";
-        assert_eq!(newest_release(Kernel::V6_12, listing), None);
-        assert_eq!(newest_release(Kernel::V6_1, ""), None);
+        assert_eq!(newest_release(Guest::from(Kernel::V6_12), listing), None);
+        assert_eq!(newest_release(Guest::from(Kernel::V6_1), ""), None);
     }
 
     #[test]
     fn lines_do_not_cross() {
         assert_eq!(
-            Kernel::V6_1.release_of("linux-image-6.12.117+deb12-amd64"),
+            Guest::from(Kernel::V6_1).release_of("linux-image-6.12.117+deb12-amd64"),
             None
         );
-        assert_eq!(Kernel::V6_12.release_of("linux-image-6.1.0-57-amd64"), None);
+        assert_eq!(
+            Guest::from(Kernel::V6_12).release_of("linux-image-6.1.0-57-amd64"),
+            None
+        );
     }
 
     #[test]
@@ -418,9 +454,12 @@ linux-image-6.1.0-56-amd64 - Linux 6.1 for 64-bit PCs (signed)
     #[test]
     fn package_glob_names_the_shape() {
         assert_eq!(
-            Kernel::V6_12.package_glob(),
+            Guest::from(Kernel::V6_12).package_glob(),
             "linux-image-6.12.*+deb12-amd64"
         );
-        assert_eq!(Kernel::V6_1.package_glob(), "linux-image-6.1.0-*-amd64");
+        assert_eq!(
+            Guest::from(Kernel::V6_1).package_glob(),
+            "linux-image-6.1.0-*-amd64"
+        );
     }
 }

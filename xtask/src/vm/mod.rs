@@ -28,9 +28,15 @@
 //! - The guest has no network device: its traffic stays in its own loopback
 //!   and namespaces.
 //!
+//! An arm64 guest (`--arch arm64`) boots Debian's generic arm64 kernel under
+//! `qemu-system-aarch64` the same way, with two differences: its root is an
+//! arm64 Debian root unpacked for it ([`rootfs`]) instead of the host's, and
+//! the project's programs in the workspace must be the static aarch64
+//! builds ([`crate::cross`]).
+//!
 //! Non-goals: stdin for the job (it gets /dev/null), interactive shells,
 //! persistent guest state between runs, kernels other than Debian's generic
-//! amd64 flavour.
+//! amd64 and arm64 flavours.
 
 mod backports;
 mod debs;
@@ -40,6 +46,7 @@ mod initramfs;
 mod job;
 mod kernel;
 mod qemu;
+mod rootfs;
 pub(crate) use guard::hold_tcx_key;
 pub use qemu::GuestCrash;
 
@@ -57,6 +64,8 @@ use anyhow::{Context, Result, bail};
 /// image).
 pub const HOST_PACKAGES: &[&str] = &[
     "qemu-system-x86",
+    "qemu-system-arm",
+    "mmdebstrap",
     "busybox-static",
     "kmod",
     "cpio",
@@ -68,6 +77,8 @@ pub const HOST_PACKAGES: &[&str] = &[
 /// apt and dpkg come with Debian itself; the rest are in [`HOST_PACKAGES`].
 const TOOL_PACKAGES: &[(&str, &str)] = &[
     ("qemu-system-x86_64", "qemu-system-x86"),
+    ("qemu-system-aarch64", "qemu-system-arm"),
+    ("mmdebstrap", "mmdebstrap"),
     ("busybox", "busybox-static"),
     ("cpio", "cpio"),
     ("depmod", "kmod"),
@@ -113,8 +124,56 @@ pub enum Kernel {
     V7,
 }
 
+/// The guest's architecture.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Arch {
+    /// x86-64, sharing the host's root.
+    #[value(name = "x86_64", alias = "amd64")]
+    X86_64,
+    /// 64-bit Arm under qemu-system-aarch64, with an arm64 root of its own.
+    #[value(name = "arm64", alias = "aarch64")]
+    Arm64,
+}
+
+impl Arch {
+    /// Debian's name for it.
+    pub fn debian(self) -> &'static str {
+        match self {
+            Arch::X86_64 => "amd64",
+            Arch::Arm64 => "arm64",
+        }
+    }
+}
+
+/// Which machine to boot: an architecture and a kernel line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Guest {
+    pub arch: Arch,
+    pub kernel: Kernel,
+}
+
+impl From<Kernel> for Guest {
+    fn from(kernel: Kernel) -> Guest {
+        Guest {
+            arch: Arch::X86_64,
+            kernel,
+        }
+    }
+}
+
+impl Guest {
+    /// The cache directory's name and the name in messages: the line for
+    /// x86 ("6.12"), prefixed by the architecture otherwise ("arm64-6.12").
+    pub fn name(self) -> String {
+        match self.arch {
+            Arch::X86_64 => self.kernel.line().to_owned(),
+            Arch::Arm64 => format!("arm64-{}", self.kernel.line()),
+        }
+    }
+}
+
 impl Kernel {
-    /// The kernel line as the user writes it ("6.12"); also the cache
+    /// The kernel line as the user writes it ("6.12"); also the x86 cache
     /// directory's name.
     pub fn line(self) -> &'static str {
         match self {
@@ -125,35 +184,78 @@ impl Kernel {
     }
 }
 
-/// The cached `kernel`'s config file (fetching the kernel first if needed).
-pub fn kernel_config(workspace: &Path, kernel: Kernel) -> Result<PathBuf> {
+/// The cached kernel's config file (fetching the kernel first if needed).
+pub fn kernel_config(workspace: &Path, guest: impl Into<Guest>) -> Result<PathBuf> {
+    let guest = guest.into();
     let workspace = canonical_workspace(workspace)?;
-    let tools = Tools::find()?;
-    kernel::prepare(&workspace, kernel, &tools)?;
-    let cache = kernel::vm_dir(&workspace).join(kernel.line());
+    let tools = Tools::find(guest.arch)?;
+    let root = guest_root(&workspace, guest.arch, &tools)?;
+    kernel::prepare(
+        &workspace,
+        guest,
+        &tools,
+        &busybox_for(guest.arch, &root, &tools),
+    )?;
+    let cache = kernel::vm_dir(&workspace).join(guest.name());
     let release = std::fs::read_to_string(cache.join("release"))
-        .with_context(|| format!("reading the cached {} kernel's release", kernel.line()))?;
+        .with_context(|| format!("reading the cached {} kernel's release", guest.name()))?;
     kernel::config_file(&cache.join("tree"), release.trim()).with_context(|| {
         format!(
             "the cached {} kernel has no config: remove {} and run again",
-            kernel.line(),
+            guest.name(),
             cache.display()
         )
     })
 }
 
+/// The root the guest runs its job in: the host's for x86, the cached arm64
+/// root for arm64.
+fn guest_root(workspace: &Path, arch: Arch, tools: &Tools) -> Result<PathBuf> {
+    match arch {
+        Arch::X86_64 => Ok(PathBuf::from("/")),
+        Arch::Arm64 => {
+            let mmdebstrap = tools
+                .mmdebstrap
+                .as_deref()
+                .context("mmdebstrap not found: install the Debian package mmdebstrap")?;
+            let root = rootfs::prepare_arm64(&kernel::vm_dir(workspace), mmdebstrap)?;
+            rootfs::add_mount_point(&root, workspace)?;
+            Ok(root)
+        }
+    }
+}
+
+/// The static busybox for the initramfs: the host's on x86, the arm64
+/// root's on arm64.
+fn busybox_for(arch: Arch, root: &Path, tools: &Tools) -> PathBuf {
+    match arch {
+        Arch::X86_64 => tools.busybox.clone(),
+        Arch::Arm64 => rootfs::busybox(root),
+    }
+}
+
 /// Boots `kernel`, runs `cmd` (argv) in the guest with the host root shared
 /// read-only and `workspace` shared read-write at the same path, streams its
 /// output and returns its exit code.
-pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
+pub fn run(workspace: &Path, guest: impl Into<Guest>, cmd: &[String]) -> Result<i32> {
+    let guest = guest.into();
     if cmd.is_empty() {
-        bail!("no command given: usage is `cargo xtask vm [--kernel 6.12|6.1|7] -- CMD [ARGS...]`");
+        bail!(
+            "no command given: usage is `cargo xtask vm [--arch x86_64|arm64] \
+             [--kernel 6.12|6.1|7] -- CMD [ARGS...]`"
+        );
     }
     let workspace = canonical_workspace(workspace)?;
-    let tools = Tools::find()?;
+    let tools = Tools::find(guest.arch)?;
     let timeout = timeout_from_env()?;
     remove_stale_run_dirs(&kernel::vm_dir(&workspace));
-    let cached = kernel::prepare(&workspace, kernel, &tools)?;
+    let root = guest_root(&workspace, guest.arch, &tools)?;
+    let cached = kernel::prepare(
+        &workspace,
+        guest,
+        &tools,
+        &busybox_for(guest.arch, &root, &tools),
+    )?;
 
     let run_dir = RunDir::create(&workspace)?;
     let caller_cwd = std::env::current_dir().context("cannot read the current directory")?;
@@ -166,8 +268,17 @@ pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
         );
     }
     let env = job::passthrough_env(std::env::vars_os(), std::io::stdout().is_terminal());
-    let guard_exe = std::env::current_exe().context("cannot find xtask's own executable")?;
-    let script = job::job_script(&env, &cwd, &guard_exe, cmd)?;
+    // The TCX key guard guards against x86's text_poke_bp (see guard.rs);
+    // arm64 rewrites a jump label's one instruction in a single store, so
+    // it has no transient state to guard, and the host's xtask could not
+    // run there anyway.
+    let guard_exe = match guest.arch {
+        Arch::X86_64 => {
+            Some(std::env::current_exe().context("cannot find xtask's own executable")?)
+        }
+        Arch::Arm64 => None,
+    };
+    let script = job::job_script(&env, &cwd, guard_exe.as_deref(), cmd)?;
     let job_path = run_dir.path.join("job.sh");
     std::fs::write(&job_path, script)
         .with_context(|| format!("cannot write the job script {}", job_path.display()))?;
@@ -177,9 +288,10 @@ pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
     initramfs::write_run_initrd(&tools, &cached.base_initrd, &run_dir.path, &config, &initrd)?;
 
     let machine = qemu::Machine {
+        arch: guest.arch,
         kernel: &cached.kernel,
         initrd: &initrd,
-        root_share: Path::new("/"),
+        root_share: &root,
         workspace: &workspace,
         console_log: &run_dir.path.join("console.log"),
     };
@@ -210,11 +322,19 @@ pub fn run(workspace: &Path, kernel: Kernel, cmd: &[String]) -> Result<i32> {
     dead_code,
     reason = "called by the test runner, which is written separately"
 )]
-pub fn prepare(workspace: &Path, kernel: Kernel) -> Result<()> {
+pub fn prepare(workspace: &Path, guest: impl Into<Guest>) -> Result<()> {
+    let guest = guest.into();
     let workspace = canonical_workspace(workspace)?;
-    let tools = Tools::find()?;
+    let tools = Tools::find(guest.arch)?;
     remove_stale_run_dirs(&kernel::vm_dir(&workspace));
-    kernel::prepare(&workspace, kernel, &tools).map(|_| ())
+    let root = guest_root(&workspace, guest.arch, &tools)?;
+    kernel::prepare(
+        &workspace,
+        guest,
+        &tools,
+        &busybox_for(guest.arch, &root, &tools),
+    )
+    .map(|_| ())
 }
 
 fn canonical_workspace(workspace: &Path) -> Result<PathBuf> {
@@ -238,7 +358,10 @@ fn timeout_from_env() -> Result<Duration> {
 
 /// Absolute paths of the host programs the VM needs.
 pub(crate) struct Tools {
+    /// QEMU for the guest's architecture.
     pub qemu: PathBuf,
+    /// For the arm64 root only.
+    pub mmdebstrap: Option<PathBuf>,
     pub busybox: PathBuf,
     pub cpio: PathBuf,
     pub depmod: PathBuf,
@@ -250,10 +373,18 @@ pub(crate) struct Tools {
 }
 
 impl Tools {
-    /// Finds every tool, or fails naming the Debian package to install.
-    fn find() -> Result<Tools> {
+    /// Finds every tool a guest of `arch` needs, or fails naming the Debian
+    /// package to install.
+    fn find(arch: Arch) -> Result<Tools> {
         let tools = Tools {
-            qemu: find_tool("qemu-system-x86_64")?,
+            qemu: find_tool(match arch {
+                Arch::X86_64 => "qemu-system-x86_64",
+                Arch::Arm64 => "qemu-system-aarch64",
+            })?,
+            mmdebstrap: match arch {
+                Arch::X86_64 => None,
+                Arch::Arm64 => Some(find_tool("mmdebstrap")?),
+            },
             busybox: find_tool("busybox")?,
             cpio: find_tool("cpio")?,
             depmod: find_tool("depmod")?,

@@ -24,19 +24,24 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
+use super::Arch;
+
 /// Console lines shown when the guest dies without an exit code.
 const CONSOLE_TAIL_LINES: usize = 40;
 
-/// Kernel command line. `quiet` keeps the console log short (only warnings
-/// and worse); `panic=-1` reboots at once on a panic, and `-no-reboot` turns
-/// that into QEMU exiting; `mitigations=off` spares TCG the page-table
-/// switches of PTI on every syscall (a test VM has nothing to protect).
-const KERNEL_CMDLINE: &str = "console=ttyS0 quiet panic=-1 mitigations=off";
+/// Kernel command line after the console. `quiet` keeps the console log
+/// short (only warnings and worse); `panic=-1` reboots at once on a panic,
+/// and `-no-reboot` turns that into QEMU exiting; `mitigations=off` spares
+/// TCG the page-table switches of PTI (or arm64's KPTI) on every syscall (a
+/// test VM has nothing to protect).
+const KERNEL_CMDLINE: &str = "quiet panic=-1 mitigations=off";
 
 /// What one VM needs: the kernel, this run's initramfs, the two 9p shares
 /// and where the console goes.
 pub(crate) struct Machine<'a> {
-    /// A bzImage, or an uncompressed ELF kernel with a PVH entry point.
+    pub arch: Arch,
+    /// A bzImage, or an uncompressed ELF kernel with a PVH entry point
+    /// (x86); an Image, compressed or not (arm64).
     pub kernel: &'a Path,
     pub initrd: &'a Path,
     /// Shared read-only with mount tag `hostroot`.
@@ -85,13 +90,21 @@ fn args(machine: &Machine) -> Result<Vec<OsString>> {
     let console = opt_escape(machine.console_log)?;
     let root = opt_escape(machine.root_share)?;
     let workspace = opt_escape(machine.workspace)?;
+    // arm64: QEMU's generic `virt` board with the OpenWrt One's core, the
+    // Cortex-A53 (ARMv8.0: none of `max`'s pointer authentication, whose
+    // emulation is slow under TCG); its console is the PL011, ttyAMA0.
+    let (board, cpu, console_dev) = match machine.arch {
+        Arch::X86_64 => ("q35", "max", "ttyS0"),
+        Arch::Arm64 => ("virt", "cortex-a53", "ttyAMA0"),
+    };
+    let cmdline = format!("console={console_dev} {KERNEL_CMDLINE}");
     let mut args: Vec<OsString> = [
         "-machine",
-        "q35",
+        board,
         "-accel",
         "tcg,thread=multi",
         "-cpu",
-        "max",
+        cpu,
         "-smp",
         "2",
         "-m",
@@ -123,7 +136,7 @@ fn args(machine: &Machine) -> Result<Vec<OsString>> {
         "-device",
         "virtio-9p-pci,fsdev=workspace,mount_tag=workspace",
         "-append",
-        KERNEL_CMDLINE,
+        &cmdline,
     ]
     .iter()
     .map(OsString::from)
@@ -420,6 +433,7 @@ mod tests {
     #[test]
     fn args_use_tcg_and_share_both_trees() -> Result<()> {
         let machine = Machine {
+            arch: Arch::X86_64,
             kernel: Path::new("/c/vmlinuz"),
             initrd: Path::new("/r/initrd.cpio"),
             root_share: Path::new("/"),
@@ -447,6 +461,22 @@ mod tests {
                 .any(|a| a.starts_with("local,id=workspace,path=/w,,x,"))
         );
         assert!(!args.iter().any(|a| a.contains("kvm")));
+        assert!(after("-append").is_some_and(|c| c.starts_with("console=ttyS0 ")));
+
+        let arm = Machine {
+            arch: Arch::Arm64,
+            ..machine
+        };
+        let args: Vec<String> = super::args(&arm)?
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let pair = |flag: &str, value: &str| args.windows(2).any(|w| w[0] == flag && w[1] == value);
+        assert!(
+            pair("-machine", "virt") && pair("-cpu", "cortex-a53"),
+            "{args:?}"
+        );
+        assert!(args.iter().any(|a| a.starts_with("console=ttyAMA0 ")));
         Ok(())
     }
 
