@@ -2,7 +2,6 @@
 //! so `main` can tell usage errors (exit 2) from failures (exit 1).
 
 use anyhow::{Context, Result};
-use shaper_common::hosts::Isolation;
 use tokio::signal::unix::{SignalKind, signal};
 use tracing::{info, warn};
 
@@ -10,7 +9,7 @@ use crate::{
     attach,
     checks::{self, Capabilities, CheckError},
     cli::RunArgs,
-    config::{ConfigError, RunConfig},
+    config::RunPlan,
     hook::AttachError,
     ingress::{self, IngressMode},
     link::{Link, link_by_name},
@@ -69,43 +68,10 @@ fn check_not_shaped(link: &Link, paths: &Paths) -> Result<()> {
 
 /// `shaper run`.
 pub fn run(args: RunArgs) -> Result<()> {
-    let pacer = args.pacer_args();
-    let mut egress = match args.rate {
-        Some(rate) => {
-            let mut c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
-            c.sample_every = (!args.no_telemetry).then_some(args.sample);
-            Some(c)
-        }
-        None => None,
-    };
-    let mut ingress = match args.ingress_rate {
-        Some(rate) => {
-            let pacer = crate::pacer::PacerArgs {
-                isolate: args.ingress_isolate.or(args.isolate),
-                ..pacer.clone()
-            };
-            let mut c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
-            c.sample_every = None;
-            let mode = c.pacer.isolation;
-            if args.ingress_mode == IngressMode::Police && mode != Isolation::Flows {
-                return Err(ConfigError::IsolateWithPolice {
-                    mode: mode.keyword(),
-                }
-                .into());
-            }
-            Some(c)
-        }
-        None => None,
-    };
-    let isolates = [args.isolate, args.ingress_isolate]
-        .into_iter()
-        .flatten()
-        .any(|i| Isolation::from(i) != Isolation::Flows);
-    match (args.nat, args.lans.is_empty(), isolates) {
-        (true, true, _) => return Err(ConfigError::NatWithoutLan.into()),
-        (true, false, false) => return Err(ConfigError::NatWithoutHosts.into()),
-        _ => {}
-    }
+    let RunPlan {
+        mut egress,
+        mut ingress,
+    } = RunPlan::from_args(&args)?;
     Capabilities::current()?.check()?;
     let link = link_by_name(&args.iface)?;
     checks::check_link(&link)?;
