@@ -4,7 +4,7 @@
 //! Exit codes: 0 ok, 1 failure, 2 usage (bad input, missing privileges or
 //! kernel features: nothing was changed).
 
-use std::time::Duration;
+use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
@@ -33,7 +33,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Shape an interface's egress until SIGINT or SIGTERM, then restore it.
-    Run(RunArgs),
+    Run(RunCommand),
     /// Show what is attached where, at what rate, with the counters.
     Status {
         /// Only this interface.
@@ -80,6 +80,82 @@ pub enum Command {
     /// namespace testbed: throughput, idle and loaded ping, CPU, kernel
     /// queueing delay; Markdown tables, SVG plots, JSON.
     Lab(crate::lab::cli::LabArgs),
+    /// Check a config file, or give one of its sections as `run`'s flags
+    /// or as live rates: what the OpenWrt and systemd services call.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+/// `shaper run`: the flags, or one section of a config file.
+#[derive(Debug, Args)]
+#[command(
+    mut_arg("iface", |a| a.required(false).required_unless_present("config")),
+    mut_arg("rate", |a| a.required_unless_present("config")),
+    mut_group("RunArgs", |g| g.args(run_arg_ids())),
+    mut_arg("config", |a| a.conflicts_with_all(run_arg_ids())),
+    mut_arg("section", |a| a.conflicts_with_all(run_arg_ids()))
+)]
+pub struct RunCommand {
+    /// Take every option from a section of this file instead of flags:
+    /// OpenWrt's UCI (`config interface 'wan'`, `option rate '850mbit'`)
+    /// or `[wan]` headers with `rate = 850mbit` lines. The keys are the
+    /// long flags with `_` for `-`.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The section of --config to run; needed when more than one is
+    /// enabled.
+    #[arg(long, value_name = "NAME", requires = "config")]
+    pub section: Option<String>,
+    /// The options as flags.
+    #[command(flatten)]
+    pub args: Option<RunArgs>,
+}
+
+/// Every argument of [`RunArgs`], flattened ones included: `--config` and
+/// `--section` conflict with each, and `Option<RunArgs>` is `Some` when
+/// one is given (clap's derived group is empty for a struct that flattens
+/// another).
+fn run_arg_ids() -> Vec<clap::Id> {
+    RunArgs::augment_args(clap::Command::new("run"))
+        .get_arguments()
+        .map(|a| a.get_id().clone())
+        .collect()
+}
+
+/// `shaper config`: the service scripts' view of a config file. Every
+/// subcommand validates every section first, as `run --config` does.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Validate every section; print `NAME IFACE` for each enabled one.
+    Check {
+        /// The config file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+    },
+    /// Print a section's `run` flags, one argument per line, in a fixed
+    /// order: equal settings print equal lines.
+    Args {
+        /// The config file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// The section; needed when more than one is enabled.
+        #[arg(long, value_name = "NAME")]
+        section: Option<String>,
+        /// Leave out --rate and --ingress-rate, which `apply-rates`
+        /// changes live.
+        #[arg(long)]
+        no_rates: bool,
+    },
+    /// Set the running `shaper run` of a section's interface to the
+    /// section's rate and ingress_rate, live (as set-rate).
+    ApplyRates {
+        /// The config file.
+        #[arg(value_name = "FILE")]
+        file: PathBuf,
+        /// The section; needed when more than one is enabled.
+        #[arg(long, value_name = "NAME")]
+        section: Option<String>,
+    },
 }
 
 /// Arguments of `shaper observe`.
@@ -101,7 +177,7 @@ pub struct ObserveArgs {
 }
 
 /// Arguments of `shaper run`.
-#[derive(Debug, Args)]
+#[derive(Clone, Debug, Args)]
 #[command(after_help = DURATION_HELP)]
 pub struct RunArgs {
     /// Interface to shape.
@@ -250,11 +326,52 @@ mod tests {
     }
 
     #[test]
+    fn run_takes_flags_or_a_config_file() {
+        let parse = |args: &[&str]| Cli::try_parse_from([&["shaper", "run"], args].concat());
+        let cli = parse(&["--config", "/etc/config/shaper", "--section", "wan"]).expect("file");
+        match cli.command {
+            Command::Run(RunCommand {
+                config: Some(file),
+                section: Some(section),
+                args: None,
+            }) => assert_eq!(
+                (file.to_str(), section.as_str()),
+                (Some("/etc/config/shaper"), "wan")
+            ),
+            other => panic!("{other:?}"),
+        }
+        // Every other flag conflicts, the framing ones included; --section
+        // needs --config; without --config the flags are required as ever.
+        for extra in [
+            &["--rate", "1mbit"][..],
+            &["--iface", "e"],
+            &["--framing", "ethernet"],
+            &["--no-ecn"],
+            &["--horizon", "500ms"],
+            &["--metrics"],
+        ] {
+            let err = parse(&[&["--config", "f"], extra].concat()).expect_err("conflict");
+            assert_eq!(
+                err.kind(),
+                clap::error::ErrorKind::ArgumentConflict,
+                "{extra:?}"
+            );
+            assert_eq!(err.exit_code(), 2);
+        }
+        let err = parse(&["--section", "wan", "--iface", "e", "--rate", "1mbit"]).expect_err("x");
+        assert_eq!(err.kind(), clap::error::ErrorKind::ArgumentConflict);
+        let err = parse(&["--section", "wan"]).expect_err("no file");
+        assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+        let err = parse(&[]).expect_err("nothing");
+        assert_eq!(err.kind(), clap::error::ErrorKind::MissingRequiredArgument);
+    }
+
+    #[test]
     fn run_parses_and_rejects() {
         let cli = Cli::try_parse_from(["shaper", "run", "--iface", "eth0", "--rate", "850mbit"])
             .expect("valid");
         match cli.command {
-            Command::Run(a) => {
+            Command::Run(RunCommand { args: Some(a), .. }) => {
                 assert_eq!(a.iface, "eth0");
                 assert_eq!(a.rate.map(|r| r.bits_per_s()), Some(850_000_000));
                 assert_eq!(a.ingress_rate, None);
@@ -275,7 +392,7 @@ mod tests {
             Cli::try_parse_from(["shaper", "run", "--iface", "e", "--ingress-rate", "100mbit"])
                 .expect("ingress only");
         match cli.command {
-            Command::Run(a) => {
+            Command::Run(RunCommand { args: Some(a), .. }) => {
                 assert_eq!(a.rate, None);
                 assert_eq!(a.ingress_rate.map(|r| r.bits_per_s()), Some(100_000_000));
                 assert_eq!(a.ingress_mode, crate::ingress::IngressMode::Ifb);

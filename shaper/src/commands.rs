@@ -8,8 +8,9 @@ use tracing::{info, warn};
 use crate::{
     attach,
     checks::{self, Capabilities, CheckError},
-    cli::RunArgs,
+    cli::{ConfigCommand, RunArgs},
     config::RunPlan,
+    config_file::ConfigFile,
     hook::AttachError,
     ingress::{self, IngressMode},
     link::{Link, link_by_name},
@@ -240,6 +241,67 @@ pub fn run(args: RunArgs) -> Result<()> {
         }
         Ok(())
     })
+}
+
+/// `shaper run --config FILE [--section NAME]`: the section's flags, after
+/// every section of the file is validated.
+pub fn run_from_file(file: &std::path::Path, section: Option<&str>) -> Result<()> {
+    let config = ConfigFile::load(file)?;
+    run(config.select(section)?.args.clone())
+}
+
+/// `shaper config`.
+pub fn config(cmd: ConfigCommand) -> Result<()> {
+    match cmd {
+        ConfigCommand::Check { file } => {
+            for s in ConfigFile::load(&file)?.enabled() {
+                println!("{} {}", s.name, s.args.iface);
+            }
+        }
+        ConfigCommand::Args {
+            file,
+            section,
+            no_rates,
+        } => {
+            let config = ConfigFile::load(&file)?;
+            for arg in config.select(section.as_deref())?.run_args(!no_rates) {
+                println!("{arg}");
+            }
+        }
+        ConfigCommand::ApplyRates { file, section } => {
+            let config = ConfigFile::load(&file)?;
+            apply_rates(&config.select(section.as_deref())?.args)?;
+        }
+    }
+    Ok(())
+}
+
+/// `shaper config apply-rates`: each rate `args` sets, through
+/// [`set_rate`], once the running shaper is known to shape each of those
+/// directions, so a refusal changes nothing.
+fn apply_rates(args: &RunArgs) -> Result<()> {
+    let netns = state::current_netns()?;
+    let paths = Roots::default().paths(&args.iface, netns);
+    let not_shaped = || AttachError::NotShaped {
+        iface: args.iface.clone(),
+    };
+    let record = Record::load(&paths.record)?.ok_or_else(not_shaped)?;
+    if args.rate.is_some() && record.rate_bits_per_s == 0 {
+        return Err(not_shaped().into());
+    }
+    if args.ingress_rate.is_some() && record.ingress.is_none() {
+        return Err(AttachError::NoIngress {
+            iface: args.iface.clone(),
+        }
+        .into());
+    }
+    if let Some(rate) = args.rate {
+        set_rate(&args.iface, false, rate)?;
+    }
+    if let Some(rate) = args.ingress_rate {
+        set_rate(&args.iface, true, rate)?;
+    }
+    Ok(())
 }
 
 /// `shaper status`.

@@ -1,7 +1,7 @@
 //! The shaper controller as a library: the CLI binary, the integration tests
 //! and the benchmarks all drive the same code.
 //!
-//! Data path, top to bottom: `cli` → `config` (validated) → `checks`
+//! Data path, top to bottom: `cli` (or `config_file`) → `config` (validated) → `checks`
 //! (nothing changed yet) → `attach` and `ingress` (qdisc snapshot, sch_fq,
 //! the classifiers at their `hook`s, `pins`; `nat` on the LAN side) → `status` (`counters`) →
 //! `undo`, on exit or from `cleanup` (restore exactly).
@@ -14,6 +14,7 @@ pub mod checks;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod config_file;
 pub mod counters;
 pub mod duration;
 pub mod gso;

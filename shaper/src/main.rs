@@ -5,8 +5,8 @@ use std::io::IsTerminal;
 
 use clap::Parser;
 use shaper::{
-    checks::CheckError, cli, commands, config::ConfigError, hook::AttachError, link::LinkError,
-    rate::RateError,
+    checks::CheckError, cli, commands, config::ConfigError, config_file::ConfigFileError,
+    hook::AttachError, link::LinkError, rate::RateError,
 };
 use tracing_subscriber::EnvFilter;
 
@@ -15,6 +15,7 @@ fn exit_code(err: &anyhow::Error) -> i32 {
         if cause.is::<CheckError>()
             || cause.is::<RateError>()
             || cause.is::<ConfigError>()
+            || cause.is::<ConfigFileError>()
             || cause.is::<commands::StillRunning>()
             || cause
                 .downcast_ref::<shaper::observe::ObserveError>()
@@ -60,7 +61,24 @@ fn main() {
         .init();
     let cli = cli::Cli::parse();
     let result = match cli.command {
-        cli::Command::Run(args) => commands::run(args),
+        cli::Command::Run(cli::RunCommand {
+            config: Some(file),
+            section,
+            ..
+        }) => commands::run_from_file(&file, section.as_deref()),
+        cli::Command::Run(cli::RunCommand {
+            args: Some(args), ..
+        }) => commands::run(args),
+        cli::Command::Run(_) => {
+            // clap requires --iface without --config.
+            <cli::Cli as clap::CommandFactory>::command()
+                .error(
+                    clap::error::ErrorKind::MissingRequiredArgument,
+                    "run needs --iface and a rate, or --config",
+                )
+                .exit()
+        }
+        cli::Command::Config(cmd) => commands::config(cmd),
         cli::Command::Status { iface, json } => commands::status(iface, json),
         cli::Command::SetRate {
             iface,
