@@ -70,7 +70,7 @@ pub enum BtfError {
     /// The file could not be read.
     #[error(
         "cannot read kernel BTF at {path}: the tracer needs a kernel built with \
-         CONFIG_DEBUG_INFO_BTF=y"
+         CONFIG_DEBUG_INFO_BTF=y, or that build's BTF given with `shaper trace --btf FILE`"
     )]
     Read {
         /// The path.

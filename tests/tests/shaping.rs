@@ -368,7 +368,23 @@ fn every_command_but_trace_works_without_kernel_btf() {
     // The tracer alone needs BTF: it says so, exits 2 and changes nothing.
     let (code, out) = without_btf(&pair, &["trace", "--iface", "left0", "--duration", "1s"]);
     assert_eq!(code, Some(2), "{out}");
-    assert!(out.contains("CONFIG_DEBUG_INFO_BTF"), "{out}");
+    assert!(
+        out.contains("CONFIG_DEBUG_INFO_BTF") && out.contains("--btf FILE"),
+        "{out}"
+    );
+    // Given the build's BTF as a file, it traces: a copy of this kernel's
+    // stands in for one extracted from a vmlinux.
+    let file = std::env::temp_dir().join(format!("shaper-btf-{}", std::process::id()));
+    std::fs::copy("/sys/kernel/btf/vmlinux", &file).expect("copy the kernel's BTF");
+    let file_arg = file.display().to_string();
+    let traced = ["trace", "--iface", "left0", "--duration", "1s", "--btf"];
+    let (code, out) = without_btf(&pair, &[&traced[..], &[file_arg.as_str()]].concat());
+    let _ = std::fs::remove_file(&file);
+    assert_eq!(code, Some(0), "trace --btf: {out}");
+    assert!(
+        out.contains("summary"),
+        "trace --btf printed no summary: {out}"
+    );
     let (code, out) = without_btf(&pair, &["observe", "--iface", "left0", "--duration", "1s"]);
     assert_eq!(code, Some(0), "observe: {out}");
     assert_eq!(pair.left.tc_state("left0"), before);

@@ -5,8 +5,8 @@
 //! Steps, in order; nothing is attached before every check passed:
 //! 1. privileges, the interface, the kernel's BTF and its raw tracepoints
 //!    `qdisc_enqueue` and `net_dev_start_xmit` (`btf_trace_*` typedefs);
-//! 2. struct offsets resolved from the running kernel's BTF (`crate::btf`)
-//!    into `TRACE_CONFIG`;
+//! 2. struct offsets resolved from the running kernel's BTF (`crate::btf`),
+//!    or from the BTF file `--btf` names, into `TRACE_CONFIG`;
 //! 3. load the object's two tracer programs only (the pacer's flow table
 //!    and ring buffer shrunk to the minimum), attach both;
 //! 4. read the ring buffer (`reader`), aggregate with the project's
@@ -26,6 +26,7 @@ pub mod report;
 use std::{
     io::Write,
     os::unix::fs::MetadataExt,
+    path::{Path, PathBuf},
     sync::Arc,
     time::{Duration, Instant},
 };
@@ -84,6 +85,14 @@ pub struct TraceArgs {
     /// Flows shown in the live view and exported per flow.
     #[arg(long, value_name = "N", default_value_t = 10)]
     pub top: usize,
+    /// Read the kernel's struct offsets from this BTF file instead of
+    /// /sys/kernel/btf/vmlinux: for a kernel built without
+    /// CONFIG_DEBUG_INFO_BTF (OpenWrt's stock kernels), the BTF of that
+    /// same build, e.g. from `pahole --btf_encode_detached FILE vmlinux`
+    /// on its vmlinux with debug info. BTF of another build gives wrong
+    /// offsets and wrong figures.
+    #[arg(long, value_name = "FILE")]
+    pub btf: Option<PathBuf>,
 }
 
 /// Usage errors of `shaper trace` (exit 2; nothing attached).
@@ -182,11 +191,17 @@ fn load_error(what: &str) -> impl Fn(String) -> anyhow::Error + '_ {
 }
 
 impl Tracer {
-    /// Checks, resolves, loads and attaches (steps 1–3 of the module doc).
-    pub fn attach(iface: &str) -> Result<Tracer> {
+    /// Checks, resolves, loads and attaches (steps 1–3 of the module doc),
+    /// with the offsets from `btf_file` if given, else from the running
+    /// kernel's BTF.
+    pub fn attach(iface: &str, btf_file: Option<&Path>) -> Result<Tracer> {
         Capabilities::current()?.check()?;
         let link = link_by_name(iface)?;
-        let btf = Btf::from_sys().map_err(TraceError::Btf)?;
+        let btf = match btf_file {
+            Some(path) => Btf::from_file(path),
+            None => Btf::from_sys(),
+        }
+        .map_err(TraceError::Btf)?;
         let release = crate::checks::kernel_release();
         for tp in [names::TP_ENQUEUE, names::TP_XMIT] {
             if !btf.has_typedef(&format!("btf_trace_{tp}")) {
@@ -310,7 +325,7 @@ pub fn run(args: TraceArgs) -> Result<()> {
         .metrics
         .map(crate::telemetry::metrics::bind)
         .transpose()?;
-    let mut tracer = Tracer::attach(&args.iface)?;
+    let mut tracer = Tracer::attach(&args.iface, args.btf.as_deref())?;
     info!(iface = %args.iface, "tracer attached");
     let ring = tracer.take_ring()?;
     let counters = Arc::new(tracer.take_counters()?);
