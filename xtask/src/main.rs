@@ -7,6 +7,8 @@
 //! Exit codes: 0 ok, 1 failure, 2 usage (clap), or the wrapped command's own.
 
 mod bench;
+mod cross;
+mod dist;
 mod ebpf;
 mod lab;
 mod test;
@@ -44,6 +46,10 @@ enum Task {
         #[arg(last = true)]
         args: Vec<String>,
     },
+    /// Build the static binary and the packages for a router: an OpenWrt
+    /// `.ipk`, an OpenWrt tree for apk-based releases, and a tarball with a
+    /// systemd unit, each with its checksum, in `target/dist/`.
+    Dist(dist::DistArgs),
     /// Run every test: unit, this kernel's privileged tests, and the VM's.
     Test(test::TestArgs),
     /// Benchmark: ns/packet here (BPF_PROG_TEST_RUN), goodput, latency and CPU
@@ -186,6 +192,7 @@ fn run(cli: Cli) -> Result<i32> {
                 .with_context(|| format!("cannot start {}", bin.display()))?;
             Ok(status.code().unwrap_or(1))
         }
+        Task::Dist(args) => dist::run(&root, &args),
         Task::Test(args) => test::run(&root, &args),
         Task::Bench(args) => bench::run(&root, &args),
         Task::Lab(args) => lab::run(&root, &args),

@@ -1,5 +1,6 @@
-//! Just enough ELF64 (little-endian) reading for the VM: is a program
-//! statically linked, and is an extracted kernel image complete.
+//! Just enough ELF64 (little-endian) reading for the VM and the packages:
+//! is a program statically linked and for which machine, and is an
+//! extracted kernel image complete.
 //!
 //! Layout from the System V gABI: `e_phoff` at 0x20, `e_phentsize` at 0x36,
 //! `e_phnum` at 0x38; in each program header `p_type` at 0, `p_offset` at 8
@@ -57,6 +58,13 @@ pub(crate) fn has_interpreter(elf: &[u8]) -> Result<bool> {
     Ok(program_headers(elf)?.iter().any(|p| p.p_type == PT_INTERP))
 }
 
+/// The ELF header's `e_machine` (at 0x12): 62 for x86-64, 183 for
+/// AArch64.
+pub(crate) fn machine(elf: &[u8]) -> Result<u16> {
+    program_headers(elf)?;
+    Ok(u16::from_le_bytes(bytes(elf, 0x12)?))
+}
+
 /// Whether `elf` is an ELF image whose loadable segments all lie within the
 /// file: a decompressed kernel that was not cut short.
 pub(crate) fn is_complete_executable(elf: &[u8]) -> bool {
@@ -100,6 +108,9 @@ mod tests {
         assert!(has_interpreter(&elf_with(&[(6, 0, 0), (3, 0, 0)], 0))?);
         assert!(has_interpreter(b"#!/bin/sh\n").is_err());
         assert!(has_interpreter(&elf_with(&[(1, 0, 0)], 0)[..66]).is_err());
+        let mut arm = elf_with(&[(1, 0, 0)], 0);
+        arm[0x12..0x14].copy_from_slice(&183u16.to_le_bytes());
+        assert_eq!(machine(&arm)?, 183);
         Ok(())
     }
 

@@ -40,7 +40,7 @@
 
 mod backports;
 mod debs;
-mod elf;
+pub(crate) mod elf;
 mod guard;
 mod initramfs;
 mod job;

@@ -1,0 +1,229 @@
+//! Static builds for a router's architecture: the `shaper` binary (BPF
+//! object embedded).
+//!
+//! Route (toolchain notes, "Cross-building"): Debian's `rustc-web` with the
+//! target's `libstd-rust-web-dev` at exactly the compiler's version, linked
+//! by Debian's cross gcc, with `+crt-static`. OpenWrt's libc is musl and no
+//! musl standard library is packaged here, so the binary carries glibc
+//! statically and needs no libc on the router at all. Static glibc cannot
+//! load NSS modules, which the shaper never needs: it resolves no names,
+//! only interfaces and numeric addresses.
+//!
+//! Invariants: the target's flags go only to the target
+//! (`CARGO_TARGET_<TRIPLE>_RUSTFLAGS`), so build scripts and proc macros stay
+//! host programs; output lands in `target/<triple>/`, apart from the host's
+//! builds.
+//!
+//! Non-goals: musl, 32-bit targets, other compilers than Debian's.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, ensure};
+
+use crate::toolchain;
+
+/// A router architecture the project builds for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// 64-bit Arm (the OpenWrt One: MediaTek MT7981B, Cortex-A53).
+    Aarch64,
+    /// 64-bit x86 (x86 OpenWrt and Debian routers, and this machine).
+    #[value(name = "x86_64")]
+    X86_64,
+}
+
+impl Target {
+    /// Rust's target triple.
+    pub fn triple(self) -> &'static str {
+        match self {
+            Target::Aarch64 => "aarch64-unknown-linux-gnu",
+            Target::X86_64 => "x86_64-unknown-linux-gnu",
+        }
+    }
+
+    /// The name used in artifact names (`aarch64`, `x86_64`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Target::Aarch64 => "aarch64",
+            Target::X86_64 => "x86_64",
+        }
+    }
+
+    /// Debian's architecture name.
+    pub fn debian_arch(self) -> &'static str {
+        match self {
+            Target::Aarch64 => "arm64",
+            Target::X86_64 => "amd64",
+        }
+    }
+
+    /// The OpenWrt package architecture a static binary of this target
+    /// installs on: the OpenWrt One's for Arm (every Armv8-A core runs code
+    /// built for the A53), x86's generic 64-bit one.
+    pub fn openwrt_arch(self) -> &'static str {
+        match self {
+            Target::Aarch64 => "aarch64_cortex-a53",
+            Target::X86_64 => "x86_64",
+        }
+    }
+
+    /// What `file` prints for a binary of this target.
+    pub fn file_machine(self) -> &'static str {
+        match self {
+            Target::Aarch64 => "ARM aarch64",
+            Target::X86_64 => "x86-64",
+        }
+    }
+
+    /// The cross linker, if the host (x86-64) needs one.
+    fn linker(self) -> Option<&'static str> {
+        match self {
+            Target::Aarch64 => Some("aarch64-linux-gnu-gcc"),
+            Target::X86_64 => None,
+        }
+    }
+
+    /// The `strip` that reads this target's binaries.
+    pub fn strip(self) -> &'static str {
+        match self {
+            Target::Aarch64 => "aarch64-linux-gnu-strip",
+            Target::X86_64 => "strip",
+        }
+    }
+
+    fn env_triple(self) -> String {
+        self.triple().to_uppercase().replace('-', "_")
+    }
+}
+
+/// Installs what a static build for `target` needs: the target's standard
+/// library at the compiler's exact version and its linker. Adds the
+/// architecture to dpkg first when it is foreign.
+pub fn ensure_tools(target: Target) -> Result<()> {
+    let version = rustc_web_version()?;
+    let arch = target.debian_arch();
+    if target.linker().is_some() {
+        add_foreign_arch(arch)?;
+    }
+    let std = format!("libstd-rust-web-dev:{arch}");
+    let mut missing = Vec::new();
+    if installed_versions(std::slice::from_ref(&std))[0].as_deref() != Some(version.as_str()) {
+        missing.push(format!("{std}={version}"));
+    }
+    if let Some(gcc) = target
+        .linker()
+        .map(|l| format!("gcc-{}", l.trim_end_matches("-gcc")))
+        && installed_versions(std::slice::from_ref(&gcc))[0].is_none()
+    {
+        missing.push(gcc);
+    }
+    toolchain::apt_install(&missing)
+}
+
+/// The installed `rustc-web` version (the target library must equal it).
+fn rustc_web_version() -> Result<String> {
+    installed_versions(&["rustc-web".to_owned()])
+        .into_iter()
+        .next()
+        .flatten()
+        .context("Debian's rustc-web is not installed: run `cargo xtask setup`")
+}
+
+/// Each package's installed version, `None` when it is not installed.
+fn installed_versions(packages: &[String]) -> Vec<Option<String>> {
+    packages
+        .iter()
+        .map(|p| {
+            let out = Command::new("dpkg-query")
+                .args(["-W", "-f", "${db:Status-Abbrev} ${Version}\n", p])
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let line = text.lines().next()?;
+            line.starts_with("ii ")
+                .then(|| line.split_whitespace().nth(1).map(str::to_owned))
+                .flatten()
+        })
+        .collect()
+}
+
+/// `dpkg --add-architecture ARCH` and a package list refresh, once.
+fn add_foreign_arch(arch: &str) -> Result<()> {
+    let out = Command::new("dpkg")
+        .arg("--print-foreign-architectures")
+        .output()
+        .context("cannot run dpkg")?;
+    if String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.trim() == arch)
+    {
+        return Ok(());
+    }
+    eprintln!("xtask: adding the {arch} architecture to dpkg for the cross build");
+    let status = Command::new("dpkg")
+        .args(["--add-architecture", arch])
+        .status()
+        .context("cannot run dpkg --add-architecture")?;
+    ensure!(status.success(), "dpkg --add-architecture {arch} failed");
+    let status = Command::new("apt-get")
+        .args(["update", "-q"])
+        .status()
+        .context("cannot run apt-get update")?;
+    ensure!(status.success(), "apt-get update failed");
+    Ok(())
+}
+
+/// `cargo ARGS` for `target`, statically linked, with the BPF object.
+fn cargo(root: &Path, object: &Path, target: Target) -> Command {
+    let mut c = Command::new("cargo");
+    let triple = target.env_triple();
+    c.current_dir(root)
+        .env("RUSTC", "/usr/bin/rustc")
+        .env("SHAPER_BPF_OBJECT", object)
+        .env(
+            format!("CARGO_TARGET_{triple}_RUSTFLAGS"),
+            "-C target-feature=+crt-static",
+        )
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("CARGO_TARGET_DIR");
+    if let Some(linker) = target.linker() {
+        c.env(format!("CARGO_TARGET_{triple}_LINKER"), linker);
+    }
+    c
+}
+
+/// Builds the release binaries of `packages` for `target`; returns
+/// `target/<triple>/release/`.
+pub fn build_release(
+    root: &Path,
+    object: &Path,
+    target: Target,
+    packages: &[&str],
+) -> Result<PathBuf> {
+    let mut c = cargo(root, object, target);
+    c.args(["build", "--release", "--target", target.triple()]);
+    for p in packages {
+        c.args(["--package", p]);
+    }
+    let status = c.status().context("cannot start cargo build")?;
+    ensure!(
+        status.success(),
+        "the static {} build of {} failed ({status})",
+        target.name(),
+        packages.join(", ")
+    );
+    Ok(root.join("target").join(target.triple()).join("release"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn target_names_agree() {
+        assert_eq!(Target::Aarch64.env_triple(), "AARCH64_UNKNOWN_LINUX_GNU");
+        assert_eq!(Target::Aarch64.openwrt_arch(), "aarch64_cortex-a53");
+        assert_eq!(Target::X86_64.debian_arch(), "amd64");
+    }
+}
