@@ -1,5 +1,6 @@
 //! Static builds for a router's architecture: the `shaper` binary (BPF
-//! object embedded).
+//! object embedded), and for the arm64 VM tier also xtask's own test runner
+//! and the integration tests.
 //!
 //! Route (toolchain notes, "Cross-building"): Debian's `rustc-web` with the
 //! target's `libstd-rust-web-dev` at exactly the compiler's version, linked
@@ -214,6 +215,24 @@ pub fn build_release(
         packages.join(", ")
     );
     Ok(root.join("target").join(target.triple()).join("release"))
+}
+
+/// Builds the integration tests for `target`; returns their executables.
+pub fn build_tests(root: &Path, object: &Path, target: Target) -> Result<Vec<PathBuf>> {
+    let out = cargo(root, object, target)
+        .args(["test", "--package", "shaper-tests", "--no-run"])
+        .args(["--message-format=json", "--target", target.triple()])
+        .output()
+        .context("cannot start cargo test --no-run")?;
+    ensure!(
+        out.status.success(),
+        "building the {} integration tests failed:\n{}",
+        target.name(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let bins = crate::test::executables(&String::from_utf8_lossy(&out.stdout));
+    ensure!(!bins.is_empty(), "cargo built no integration test binaries");
+    Ok(bins)
 }
 
 #[cfg(test)]

@@ -15,12 +15,17 @@
 //!    and 6.1 (compatibility); `--quick` runs the compatibility tier, but
 //!    its kill sweep, on 6.12 alone. A guest whose kernel dies part-way
 //!    gets one more boot for what it did not report ([`vm_stage`]).
+//! 6. arm64 (in `--kernels` by default): the architecture tier in an arm64
+//!    guest, after building the aarch64 package, runner and tests
+//!    ([`arm64`]); skipped without a build when `--filter` leaves it no
+//!    test.
 //!
 //! The run ends with [`report::finish`]: stage times, skips by reason,
 //! retried rounds, the slowest tests, the time budget, and
 //! `target/test-times.json`. Each test's output is kept under
 //! `target/test-runs/<stage>/logs/`.
 
+mod arm64;
 mod exec;
 mod report;
 mod tiers;
@@ -40,6 +45,18 @@ use crate::{ebpf, toolchain, vm};
 use exec::{Outcome, TestRecord};
 use report::StageReport;
 
+/// A VM stage: an x86 kernel line, or the arm64 guest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum VmStage {
+    #[value(name = "6.12")]
+    V6_12,
+    #[value(name = "7", alias = "7.3")]
+    V7,
+    #[value(name = "6.1")]
+    V6_1,
+    Arm64,
+}
+
 /// Options of `cargo xtask test`.
 #[derive(clap::Args)]
 pub struct TestArgs {
@@ -49,13 +66,17 @@ pub struct TestArgs {
     /// Skip `cargo fmt --check` and clippy.
     #[arg(long)]
     no_lint: bool,
-    /// Kernels for the VM stage, each with its tier (6.12: every test; 7:
-    /// the kernel interface; 6.1: compatibility).
-    #[arg(long, value_enum, value_delimiter = ',', default_values = ["6.12", "7", "6.1"])]
-    kernels: Vec<vm::Kernel>,
+    /// VM stages, each with its tier (6.12: every test; 7: the kernel
+    /// interface; 6.1: compatibility; arm64: the architecture, on
+    /// `--arm64-kernel`).
+    #[arg(long, value_enum, value_delimiter = ',', default_values = ["6.12", "7", "6.1", "arm64"])]
+    kernels: Vec<VmStage>,
     /// The edit loop: lint, unit, host, and the compatibility tier on 6.12.
     #[arg(long, conflicts_with = "kernels")]
     quick: bool,
+    /// The arm64 stage's kernel.
+    #[arg(long, value_enum, default_value = "6.12")]
+    arm64_kernel: vm::Kernel,
     /// Only run tests whose name contains this: a unit test's path, or an
     /// integration test's `FILE::TEST` as the runner prints it (e.g.
     /// `ingress_vm` or `lone_flows`).
@@ -260,7 +281,16 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
         let runs: Vec<(vm::Kernel, tiers::Tier)> = if args.quick {
             vec![(vm::Kernel::V6_12, tiers::QUICK)]
         } else {
-            args.kernels.iter().map(|&k| (k, tier_of(k))).collect()
+            args.kernels
+                .iter()
+                .filter_map(|stage| match stage {
+                    VmStage::V6_12 => Some(vm::Kernel::V6_12),
+                    VmStage::V7 => Some(vm::Kernel::V7),
+                    VmStage::V6_1 => Some(vm::Kernel::V6_1),
+                    VmStage::Arm64 => None,
+                })
+                .map(|k| (k, tier_of(k)))
+                .collect()
         };
         let available: Vec<(String, Vec<String>)> = listed
             .iter()
@@ -298,6 +328,52 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
                 vm_stage::run(root, kernel.into(), &runner, &dir, &plan)
             });
         }
+    }
+
+    if !args.no_vm && !args.quick && args.kernels.contains(&VmStage::Arm64) {
+        let guest = vm::Guest {
+            arch: vm::Arch::Arm64,
+            kernel: args.arm64_kernel,
+        };
+        let tier = tiers::ARM64;
+        let available: Vec<(String, Vec<String>)> = listed
+            .iter()
+            .map(|(b, t)| (exec::binary_name(b), t.clone()))
+            .collect();
+        stage(&format!("vm {} ({})", guest.name(), tier.name), &mut || {
+            tier.check(&available)?;
+            let wanted = planned(&listed, |b, t| {
+                tier.selects(&exec::binary_name(b), t) && matches(b, t)
+            });
+            if wanted.is_empty() {
+                println!("xtask test: --filter leaves the arm64 stage no test");
+                return Ok((true, Vec::new()));
+            }
+            let built = arm64::build(root, &object)?;
+            let config = vm::kernel_config(root, guest)?;
+            let dir = root
+                .join("target/test-runs")
+                .join(format!("vm-{}", guest.name()));
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)
+                    .with_context(|| format!("cannot clear {}", dir.display()))?;
+            }
+            std::fs::create_dir_all(&dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
+            let plan = exec::Plan {
+                tests: arm64::retarget(&wanted, &built.tests)?,
+                log_dir: dir.join("logs"),
+                cwd: tests_dir.clone(),
+                strict: true,
+                env: vec![
+                    ("SHAPER_BIN".into(), built.shaper.display().to_string()),
+                    ("SHAPER_KERNEL_CONFIG".into(), config.display().to_string()),
+                    ("SHAPER_VM_KERNEL".into(), guest.name()),
+                    ("SHAPER_REQUIRE_FULL_KERNEL".into(), "1".into()),
+                ],
+            };
+            vm_stage::run(root, guest, &built.runner, &dir, &plan)
+        });
     }
 
     let ok = end(&stages)?;

@@ -16,6 +16,14 @@
 //!   ingress paths (the policer, and the IFB through matchall + mirred) and
 //!   `BPF_PROG_TEST_RUN`. The comparisons against CAKE measure traffic, not
 //!   the kernel's interface, and are not repeated there.
+//! - **arm64** (Debian's arm64 6.12 under qemu-system-aarch64, with the
+//!   static aarch64 builds, the shaper from its package): what an
+//!   architecture changes: the controller's netlink code and struct layouts
+//!   (restore, status, the bad-input battery), the BPF object under the
+//!   arm64 verifier and JIT (the `BPF_PROG_TEST_RUN` suites), a shaped veth
+//!   with 4 TCP streams, the ingress policer, and restore after SIGTERM and
+//!   after SIGKILL with cleanup. It is the one tier that runs the bad-input
+//!   battery in a guest: on x86 it would repeat the host's.
 //! - **quick** (`--quick`): the 6.1 subset but the kill sweep, run on 6.12,
 //!   for the edit loop.
 //!
@@ -37,6 +45,8 @@ pub struct Tier {
     pub name: &'static str,
     /// `None`: every binary and test; else the union of these lists.
     picks: Option<&'static [&'static [(&'static str, Pick)]]>,
+    /// Whether the picks may name [`HOST_ONLY`] binaries.
+    host_only_too: bool,
 }
 
 /// Binaries that run on the host kernel only: what they check does not
@@ -46,9 +56,10 @@ pub struct Tier {
 /// emulation they cost minutes.
 pub const HOST_ONLY: &[&str] = &["cli_bad_input", "metrics_endpoint"];
 
-/// What both subsets run: the `BPF_PROG_TEST_RUN` suites, the hook's
-/// attach and counters, and restore.
+/// What every subset runs: every program loading and attaching, the
+/// `BPF_PROG_TEST_RUN` suites, the hook's attach and counters, and restore.
 const SHARED: &[(&str, Pick)] = &[
+    ("programs_load", Pick::All),
     ("prog_test_run", Pick::All),
     ("prog_test_run_fair", Pick::All),
     ("prog_test_run_hosts", Pick::All),
@@ -102,10 +113,31 @@ const COMPAT: &[(&str, Pick)] = &[
 pub const MAIN: Tier = Tier {
     name: "every test",
     picks: None,
+    host_only_too: false,
 };
 pub const KERNEL_INTERFACE: Tier = Tier {
     name: "kernel interface",
     picks: Some(&[SHARED, INTERFACE]),
+    host_only_too: false,
+};
+
+const ARCHITECTURE: &[(&str, Pick)] = &[
+    ("cli_bad_input", Pick::All),
+    ("ingress_police", Pick::All),
+    (
+        "shaping",
+        Pick::Only(&[
+            "goodput_at_20mbit_with_4_streams_and_gso_is_85_to_100_percent",
+            "sigterm_restores_the_default_root",
+            "sigkill_then_cleanup_restores",
+        ]),
+    ),
+];
+
+pub const ARM64: Tier = Tier {
+    name: "architecture",
+    picks: Some(&[SHARED, ARCHITECTURE]),
+    host_only_too: true,
 };
 /// The kill sweep: restore after SIGKILL at many points, minutes under
 /// emulation.
@@ -114,17 +146,19 @@ const SWEEP: &[(&str, Pick)] = &[("kill_sweep", Pick::All)];
 pub const COMPATIBILITY: Tier = Tier {
     name: "compatibility",
     picks: Some(&[SHARED, COMPAT, SWEEP]),
+    host_only_too: false,
 };
 /// The compatibility tier without the kill sweep, for `--quick`.
 pub const QUICK: Tier = Tier {
     name: "compatibility, no kill sweep",
     picks: Some(&[SHARED, COMPAT]),
+    host_only_too: false,
 };
 
 impl Tier {
     /// True when this tier runs `test` of `binary`.
     pub fn selects(&self, binary: &str, test: &str) -> bool {
-        if HOST_ONLY.contains(&binary) {
+        if HOST_ONLY.contains(&binary) && !self.host_only_too {
             return false;
         }
         let Some(picks) = self.picks else {
@@ -192,6 +226,17 @@ mod tests {
         assert!(COMPATIBILITY.selects("ingress_police", "a_flood_is_policed"));
         assert!(KERNEL_INTERFACE.selects("observe", "flowtable_offload_is_listed"));
         assert!(!COMPATIBILITY.selects("observe", "flowtable_offload_is_listed"));
+        assert!(!ARM64.selects("fair_vm", "goodput_with_gso_matches_cake"));
+        assert!(ARM64.selects("shaping", "sigkill_then_cleanup_restores"));
+        assert!(!ARM64.selects("metrics_endpoint", "any"));
+    }
+
+    #[test]
+    fn only_the_arm64_tier_runs_the_bad_input_battery() {
+        assert!(ARM64.selects("cli_bad_input", "bad_rates_exit_2"));
+        for tier in [MAIN, KERNEL_INTERFACE, COMPATIBILITY, QUICK] {
+            assert!(!tier.selects("cli_bad_input", "bad_rates_exit_2"));
+        }
     }
 
     #[test]
@@ -202,6 +247,7 @@ mod tests {
                 vec!["sigterm_restores_the_default_root".to_owned()],
             ),
             ("tc_restore".to_owned(), vec![]),
+            ("programs_load".to_owned(), vec![]),
         ];
         let err = COMPATIBILITY
             .check(&available)

@@ -5,10 +5,10 @@
 //! unchanged. An arm64 guest cannot run the host's x86 programs, so it gets
 //! a root of Debian 12's arm64 packages, unpacked by `mmdebstrap
 //! --variant=extract` (no maintainer scripts, so no emulation of the target
-//! is needed; about 5 s and 170 MB). It holds what the tests drive (ip, tc,
-//! iperf3, ping, nft, bpftool, nsenter, prlimit, a shell) and the static
-//! busybox that the initramfs runs as init. The project's own programs come
-//! from the workspace share, built statically for aarch64.
+//! is needed; about 5 s and 180 MB). It holds what the tests drive (ip, tc,
+//! iperf3, ping, nft, bpftool, nsenter, prlimit, awk, python3, a shell) and
+//! the static busybox that the initramfs runs as init. The project's own
+//! programs come from the workspace share, built statically for aarch64.
 //!
 //! Invariants: the cache is built under a temporary name and renamed into
 //! place when complete; its `layout` file names the package list, so a
@@ -31,6 +31,8 @@ const PACKAGES: &[&str] = &[
     "busybox-static",
     "dash",
     "coreutils",
+    "mawk",
+    "python3-minimal",
     "util-linux",
     "iproute2",
     "iperf3",
