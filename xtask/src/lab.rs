@@ -13,6 +13,11 @@
 //! destination folder is created before the run, and a destination that
 //! cannot be created is refused before anything runs. No output vanishes.
 //!
+//! `--arch arm64` runs the lab in an arm64 guest with the packaged static
+//! aarch64 binary (`cargo xtask dist`), to compare the shaper's CPU cost
+//! against CAKE's on the router's architecture. Emulation scales both, so
+//! the ratio between them is the figure to read, not either value.
+//!
 //! All measuring and reporting is `shaper lab`'s; this only orchestrates.
 
 use std::{
@@ -22,7 +27,7 @@ use std::{
 
 use anyhow::{Context, Result, bail};
 
-use crate::{ebpf, toolchain, vm};
+use crate::{cross, dist, ebpf, toolchain, vm};
 
 /// Options of `cargo xtask lab`.
 #[derive(clap::Args)]
@@ -36,6 +41,10 @@ pub struct LabArgs {
     /// The VM's kernel (6.12 by default; 7 has cake_mq); implies --vm.
     #[arg(long, value_enum, value_name = "KERNEL", conflicts_with = "no_vm")]
     kernel: Option<vm::Kernel>,
+    /// The VM's architecture; arm64 implies --vm and runs the packaged
+    /// aarch64 binary.
+    #[arg(long, value_enum, default_value = "x86_64", conflicts_with = "no_vm")]
+    arch: vm::Arch,
     /// Arguments for `shaper lab`, e.g. `-- --quick --states none,cake,shaper`.
     #[arg(last = true)]
     args: Vec<String>,
@@ -94,35 +103,44 @@ pub fn run(root: &Path, args: &LabArgs) -> Result<i32> {
         );
     }
     let tc = toolchain::setup(if args.no_vm { &[] } else { vm::HOST_PACKAGES })?;
-    let object = ebpf::build_ebpf(root, &tc)?;
-    let bin = ebpf::build_host(root, &object, true)?;
-    let kernel = args.kernel.unwrap_or(vm::Kernel::V6_12);
+    let guest = vm::Guest {
+        arch: args.arch,
+        kernel: args.kernel.unwrap_or(vm::Kernel::V6_12),
+    };
+    let bin = match args.arch {
+        vm::Arch::X86_64 => {
+            let object = ebpf::build_ebpf(root, &tc)?;
+            ebpf::build_host(root, &object, true)?
+        }
+        vm::Arch::Arm64 => dist::build(root, cross::Target::Aarch64)?.binary,
+    };
+    let force_vm = args.vm || args.kernel.is_some() || args.arch != vm::Arch::X86_64;
     run_built(
         root,
         &bin,
-        (args.vm || args.kernel.is_some()).then_some(kernel),
+        force_vm.then_some(guest),
         args.no_vm,
         &args.args,
     )
 }
 
 /// Runs `shaper lab` from `bin`, in the VM when needed or when
-/// `force_vm` names its kernel.
+/// `force_vm` names its guest.
 pub fn run_built(
     root: &Path,
     bin: &Path,
-    force_vm: Option<vm::Kernel>,
+    force_vm: Option<vm::Guest>,
     no_vm: bool,
     args: &[String],
 ) -> Result<i32> {
     let args = lab_args(root, args)?;
-    let kernel = force_vm.unwrap_or(vm::Kernel::V6_12);
+    let kernel = force_vm.unwrap_or(vm::Kernel::V6_12.into());
     let in_vm = force_vm.is_some() || (!no_vm && !host_has_qdiscs());
     if in_vm {
         if force_vm.is_none() {
             eprintln!("xtask lab: this kernel lacks cake, fq, fq_codel or netem");
         }
-        eprintln!("xtask lab: running in the {} VM", kernel.line());
+        eprintln!("xtask lab: running in the {} VM", kernel.name());
         let staging = root
             .join("target/vm-out")
             .join(format!("lab-{}", std::process::id()));
