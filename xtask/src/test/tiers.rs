@@ -52,9 +52,9 @@ pub struct Tier {
 /// Binaries that run on the host kernel only: what they check does not
 /// depend on the kernel (argument and privilege errors happen before any
 /// kernel feature is touched, and the one sch_fq case needs a kernel without
-/// it; the metrics endpoint's clients are plain sockets), and under
-/// emulation they cost minutes.
-pub const HOST_ONLY: &[&str] = &["cli_bad_input", "metrics_endpoint"];
+/// it; the metrics endpoint's clients are plain sockets; the service
+/// scripts only read a config file), and under emulation they cost minutes.
+pub const HOST_ONLY: &[&str] = &["cli_bad_input", "metrics_endpoint", "service_scripts"];
 
 /// What every subset runs: every program loading and attaching, the
 /// `BPF_PROG_TEST_RUN` suites, the hook's attach and counters, and restore.
