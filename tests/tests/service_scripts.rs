@@ -1,9 +1,10 @@
-//! The OpenWrt init script (`shaper/dist/openwrt/shaper.init`) against the
-//! real binary, with procd's shell functions replaced by ones that record
-//! each call: which sections become instances, the command each instance
-//! runs, and the settings procd compares on a reload (a change of rate
-//! alone must leave them equal, so the instance keeps running and takes
-//! the rate live; any other change must alter them, so procd restarts it).
+//! The OpenWrt init script (`shaper/dist/openwrt/shaper.init`) and the
+//! shipped example configs against the real binary. The script runs with
+//! procd's shell functions replaced by ones that record each call: which
+//! sections become instances, the command each instance runs, and the
+//! settings procd compares on a reload (a change of rate alone must leave
+//! them equal, so the instance keeps running and takes the rate live; any
+//! other change must alter them, so procd restarts it).
 //!
 //! Needs no privileges and no interface: `shaper config` only reads the
 //! file. Runs on the host only; the kernel plays no part.
@@ -167,4 +168,17 @@ fn a_bad_file_starts_nothing_and_says_why() {
         calls.contains("logger ") && calls.contains(":3") && calls.contains("rate"),
         "the log does not name the line and key: {calls}"
     );
+}
+
+#[test]
+fn the_shipped_example_configs_are_valid() {
+    let dist = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shaper/dist");
+    for example in ["openwrt/shaper.config", "systemd/shaper.conf"] {
+        let out = Command::new(shaper_bin())
+            .args(["config", "check"])
+            .arg(dist.join(example))
+            .output()
+            .expect("run shaper config check");
+        assert_eq!(out.status.code(), Some(0), "{example}: {}", text(&out));
+    }
 }
