@@ -16,7 +16,8 @@ use super::{
 /// One CPU sample over the second before `t_s`.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CpuSample {
-    /// Seconds since the state was applied.
+    /// Seconds since the state's sampler started (just after the state was
+    /// applied).
     pub t_s: f64,
     /// Non-idle share of all CPUs, percent.
     pub busy_pct: f64,
@@ -56,6 +57,21 @@ pub struct LoadPhase {
     /// What each tin carried over the phase: the upload under the shaper
     /// or CAKE with tins; else empty.
     pub tins: Vec<TinStats>,
+    /// The measured time (after the warm-up), in seconds on the state's CPU
+    /// sample clock ([`CpuSample::t_s`]).
+    pub window_s: (f64, f64),
+}
+
+/// Mean busy share of the CPU samples that lie wholly inside `window_s`
+/// (a sample covers the second before its `t_s`), percent; `None` when no
+/// sample does.
+pub fn busy_within(samples: &[CpuSample], window_s: (f64, f64)) -> Option<f64> {
+    let inside: Vec<f64> = samples
+        .iter()
+        .filter(|c| c.t_s - 1.0 >= window_s.0 && c.t_s <= window_s.1)
+        .map(|c| c.busy_pct)
+        .collect();
+    (!inside.is_empty()).then(|| inside.iter().sum::<f64>() / inside.len() as f64)
 }
 
 /// One staircase step.
@@ -107,4 +123,27 @@ pub struct LabRun {
     pub kernel: String,
     /// Seconds for everything.
     pub elapsed_s: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(t_s: f64, busy_pct: f64) -> CpuSample {
+        CpuSample {
+            t_s,
+            busy_pct,
+            softirq_pct: 0.0,
+            zero_idle: false,
+        }
+    }
+
+    #[test]
+    fn only_samples_wholly_inside_the_window_count() {
+        let samples = [at(1.0, 90.0), at(2.0, 10.0), at(3.0, 30.0), at(4.0, 99.0)];
+        // (1.5, 3.5): only the sample over (2, 3] lies inside.
+        assert_eq!(busy_within(&samples, (1.5, 3.5)), Some(30.0));
+        assert_eq!(busy_within(&samples, (1.0, 3.0)), Some(20.0));
+        assert_eq!(busy_within(&samples, (3.2, 3.9)), None);
+    }
 }

@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::{
     hosts::{A_FLOWS, HostsRun},
-    measured::{CpuSample, LabRun, LoadPhase, StateRun},
+    measured::{CpuSample, LabRun, LoadPhase, StateRun, busy_within},
     stats::{mean, percentile},
 };
 use crate::lab::traffic::IperfReport;
@@ -83,6 +83,9 @@ pub struct Summary {
     pub cpu_softirq_max_pct: f64,
     /// Samples with no idle time.
     pub zero_idle_samples: u64,
+    /// Mean CPU busy share while the upload and the download were measured,
+    /// percent ([`busy_within`] their windows).
+    pub cpu_busy_loaded_pct: (Option<f64>, Option<f64>),
     /// Kernel queueing delay on wan0 during upload, p50 and p99 (ms).
     pub kernel_delay_ms: Option<(f64, f64)>,
     /// Why there is no kernel delay, if there is none.
@@ -99,6 +102,11 @@ pub struct Summary {
     pub download_shaped: bool,
     /// [`grade`] of `upload_bloat_ms`.
     pub upload_grade: &'static str,
+}
+
+/// CPU percent per Mbit/s of goodput, when both are known.
+fn per_mbps(busy_pct: Option<f64>, mbps: f64) -> Option<f64> {
+    busy_pct.filter(|_| mbps > 0.0).map(|b| b / mbps)
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -153,6 +161,10 @@ impl Summary {
             },
             cpu_softirq_max_pct: max(|c| c.softirq_pct),
             zero_idle_samples: s.cpu.iter().filter(|c| c.zero_idle).count() as u64,
+            cpu_busy_loaded_pct: (
+                busy_within(&s.cpu, s.up.window_s),
+                busy_within(&s.cpu, s.down.window_s),
+            ),
             kernel_delay_ms,
             kernel_delay_missing,
             bloat_ms,
@@ -181,6 +193,10 @@ impl Summary {
             "cpu_busy_p75_pct": self.cpu_busy_quartiles_pct.2,
             "cpu_softirq_max_pct": self.cpu_softirq_max_pct,
             "zero_idle_samples": self.zero_idle_samples,
+            "cpu_busy_up_pct": self.cpu_busy_loaded_pct.0,
+            "cpu_busy_down_pct": self.cpu_busy_loaded_pct.1,
+            "cpu_pct_per_mbps_up": per_mbps(self.cpu_busy_loaded_pct.0, self.up_mbps),
+            "cpu_pct_per_mbps_down": per_mbps(self.cpu_busy_loaded_pct.1, self.down_mbps),
             "retransmits": self.up_retransmits + self.down_retransmits,
             "up_retransmits": self.up_retransmits,
             "down_retransmits": self.down_retransmits,
@@ -217,6 +233,7 @@ fn phase_json(mode: shaper_common::tins::Diffserv, p: &LoadPhase) -> Value {
         "tcp": iperf_json(&p.tcp),
         "udp_probe": p.udp.as_ref().map(iperf_json),
         "ping_ms": p.ping_ms,
+        "window_s": [p.window_s.0, p.window_s.1],
         "kernel_delay": match &p.kernel_delay {
             Ok(d) => d.raw.clone(),
             Err(e) => json!({ "missing": e }),
@@ -356,6 +373,43 @@ pub fn verdicts(sums: &[Summary]) -> Vec<String> {
     );
     out.push(cpu_verdict(&all));
     out
+}
+
+/// CPU per Mbit/s while each direction was measured, with each state's
+/// figure over CAKE's when the run has CAKE: the figure that survives
+/// emulation, which slows every state alike.
+fn cpu_per_mbps_table(m: &mut String, sums: &[Summary]) {
+    m.push_str(
+        "\n## CPU per Mbit/s under load\n\nMean busy share of all CPUs while each direction \
+         was measured, over its goodput; traffic generators included. Under emulation read \
+         the ratio to CAKE's, not the value.\n\n| State | Up_busy_percent | \
+         Up_percent_per_Mbps | Up_vs_cake | Down_busy_percent | Down_percent_per_Mbps | \
+         Down_vs_cake |\n|---|---:|---:|---:|---:|---:|---:|\n",
+    );
+    let cake = sums.iter().find(|s| s.name == "cake");
+    let fig =
+        |v: Option<f64>, digits: usize| v.map_or("–".to_owned(), |x| format!("{x:.digits$}"));
+    for s in sums {
+        let up = per_mbps(s.cpu_busy_loaded_pct.0, s.up_mbps);
+        let down = per_mbps(s.cpu_busy_loaded_pct.1, s.down_mbps);
+        let vs = |mine: Option<f64>, theirs: Option<f64>| match (mine, theirs) {
+            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+            _ => None,
+        };
+        let cake_up = cake.and_then(|c| per_mbps(c.cpu_busy_loaded_pct.0, c.up_mbps));
+        let cake_down = cake.and_then(|c| per_mbps(c.cpu_busy_loaded_pct.1, c.down_mbps));
+        let _ = writeln!(
+            m,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            s.name,
+            fig(s.cpu_busy_loaded_pct.0, 1),
+            fig(up, 3),
+            fig(vs(up, cake_up), 2),
+            fig(s.cpu_busy_loaded_pct.1, 1),
+            fig(down, 3),
+            fig(vs(down, cake_down), 2),
+        );
+    }
 }
 
 /// The CPU verdict: the state with the lowest median busy sample wins only
@@ -518,6 +572,7 @@ pub fn markdown(lab: &LabRun) -> String {
             s.name, s.cpu_busy_max_pct, s.cpu_softirq_max_pct, s.zero_idle_samples
         );
     }
+    cpu_per_mbps_table(&mut m, &sums);
     m.push_str("\n## Bufferbloat grade\n\nLatency increase = a loaded median minus the idle median; grades on the Waveform test's scale (A+ < 5 ms, A < 30, B < 60, C < 200, D < 400, F). The upload grade is what the state on the WAN egress earns; the overall grade takes the worse direction.\n\n| State | Idle_median_ms | Upload_loaded_median_ms | Download_loaded_median_ms | Upload_increase_ms | Upload_grade | Increase_ms | Grade |\n|---|---:|---:|---:|---:|---|---:|---|\n");
     for s in &sums {
         let _ = writeln!(
@@ -640,6 +695,7 @@ mod tests {
             cpu_busy_quartiles_pct: (cpu - 2.0, cpu, cpu + 2.0),
             cpu_softirq_max_pct: 0.0,
             zero_idle_samples: 0,
+            cpu_busy_loaded_pct: (Some(cpu), None),
             kernel_delay_ms: None,
             kernel_delay_missing: None,
             bloat_ms: p50 - 20.0,
@@ -682,5 +738,27 @@ mod tests {
             "{close:?}"
         );
         assert_eq!(verdicts(&[sum("none", 1.0, 1.0, 1.0)]).len(), 1);
+    }
+
+    #[test]
+    fn cpu_per_mbps_is_set_against_cakes() {
+        let mut m = String::new();
+        cpu_per_mbps_table(
+            &mut m,
+            &[
+                sum("cake", 40.0, 22.0, 60.0),
+                sum("shaper", 48.0, 21.0, 36.0),
+            ],
+        );
+        // cake 60/40 = 1.5 %/Mbit/s; shaper 36/48 = 0.75, half of it. The
+        // download had no loaded samples: a dash, not a figure.
+        assert!(
+            m.contains("| cake | 60.0 | 1.500 | 1.00 | – | – | – |"),
+            "{m}"
+        );
+        assert!(
+            m.contains("| shaper | 36.0 | 0.750 | 0.50 | – | – | – |"),
+            "{m}"
+        );
     }
 }

@@ -256,7 +256,7 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
         c.duration.as_secs(),
         c.omit.as_secs()
     ));
-    let up = load_phase(tb, c, &applied, false)?;
+    let up = load_phase(tb, c, &applied, false, sampler.t0)?;
     check_interrupt()?;
     progress(&format!(
         "{tag}: download ({}), {} streams, {} s",
@@ -268,7 +268,7 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
         c.streams,
         c.duration.as_secs()
     ));
-    let down = load_phase(tb, c, &applied, true)?;
+    let down = load_phase(tb, c, &applied, true, sampler.t0)?;
     check_interrupt()?;
     progress(&format!(
         "{tag}: staircase, 1 to {} streams, one more every {} s",
@@ -317,11 +317,14 @@ fn run_state(tb: &Testbed, c: &LabConfig, kind: StateKind, tag: &str) -> Result<
 
 /// Bulk streams one way with ping, a UDP probe and (upload) the tracer,
 /// and (upload) what each queue and tin carried.
+/// One direction under load; `clock` is the CPU sampler's start, the time
+/// base of the phase's window.
 fn load_phase(
     tb: &Testbed,
     c: &LabConfig,
     applied: &AppliedState<'_>,
     reverse: bool,
+    clock: Instant,
 ) -> Result<LoadPhase> {
     let timing = Timing::new(c.duration, c.omit);
     let tcp_server = IperfServer::start(tb, Host::Server, 5201)?;
@@ -338,6 +341,11 @@ fn load_phase(
     }
     let tracer = (!reverse).then(|| spawn_tracer(tb, c));
     let before = (!reverse).then(|| Readings::take(applied));
+    let started_s = clock.elapsed().as_secs_f64();
+    let window_s = (
+        started_s + c.omit.as_secs_f64(),
+        started_s + (c.omit + c.duration).as_secs_f64(),
+    );
     let tcp_client = IperfClient::spawn(tb, &tcp, &tcp_server, &timing)?;
     let udp_client = IperfClient::spawn(tb, &udp, &udp_server, &timing)?;
     let ping = Ping::spawn_marked(
@@ -366,6 +374,7 @@ fn load_phase(
         kernel_delay,
         queues,
         tins,
+        window_s,
     })
 }
 
@@ -503,14 +512,16 @@ fn staircase(tb: &Testbed, c: &LabConfig, tag: &str) -> Result<(Vec<StairStep>, 
 struct CpuSampler {
     stop: Arc<AtomicBool>,
     handle: JoinHandle<Vec<CpuSample>>,
+    /// The samples' time base.
+    t0: Instant,
 }
 
 impl CpuSampler {
     fn start() -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&stop);
+        let t0 = Instant::now();
         let handle = std::thread::spawn(move || {
-            let t0 = Instant::now();
             let mut samples = Vec::new();
             let Ok(mut prev) = CpuTimes::now() else {
                 return samples;
@@ -527,7 +538,7 @@ impl CpuSampler {
             }
             samples
         });
-        Self { stop, handle }
+        Self { stop, handle, t0 }
     }
 
     fn stop(self) -> Vec<CpuSample> {
