@@ -102,6 +102,9 @@ impl Target {
 /// library at the compiler's exact version and its linker. Adds the
 /// architecture to dpkg first when it is foreign.
 pub fn ensure_tools(target: Target) -> Result<()> {
+    // The BPF object may come from rustup's nightly instead; the cross
+    // builds always use Debian's compiler.
+    toolchain::debian_route()?;
     let version = rustc_web_version()?;
     let arch = target.debian_arch();
     if target.linker().is_some() {

@@ -212,7 +212,9 @@ fn nightly_route() -> Option<BpfToolchain> {
     })
 }
 
-fn debian_route() -> Result<BpfToolchain> {
+/// Debian's compiler set, installed if missing and checked (also what the
+/// static cross builds compile with).
+pub fn debian_route() -> Result<BpfToolchain> {
     let missing = dpkg_missing(&DEBIAN_RUST_PACKAGES);
     if !missing.is_empty() {
         let version = debian_rust_version()?;
