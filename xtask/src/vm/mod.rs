@@ -246,6 +246,7 @@ pub fn run(workspace: &Path, guest: impl Into<Guest>, cmd: &[String]) -> Result<
         );
     }
     let workspace = canonical_workspace(workspace)?;
+    check_program_arch(guest.arch, &cmd[0])?;
     let tools = Tools::find(guest.arch)?;
     let timeout = timeout_from_env()?;
     remove_stale_run_dirs(&kernel::vm_dir(&workspace));
@@ -335,6 +336,33 @@ pub fn prepare(workspace: &Path, guest: impl Into<Guest>) -> Result<()> {
         &busybox_for(guest.arch, &root, &tools),
     )
     .map(|_| ())
+}
+
+/// Refuses (exit 2) a program given by path that is an ELF file for the
+/// other architecture: the guest could only say "Exec format error".
+/// Commands found on the guest's PATH are the guest root's own.
+fn check_program_arch(arch: Arch, program: &str) -> Result<()> {
+    let path = Path::new(program);
+    if !path.is_absolute() && !program.contains('/') {
+        return Ok(());
+    }
+    let Ok(bytes) = std::fs::read(path) else {
+        return Ok(());
+    };
+    let (want, build) = match arch {
+        Arch::X86_64 => (62, "cargo xtask build"),
+        Arch::Arm64 => (183, "cargo xtask dist --target aarch64"),
+    };
+    match elf::machine(&bytes) {
+        Ok(machine) if machine != want => Err(crate::UsageError(format!(
+            "{program} is built for another architecture (ELF machine {machine}): the {} guest \
+             runs {} programs, e.g. from `{build}`",
+            arch.debian(),
+            arch.debian()
+        ))
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 fn canonical_workspace(workspace: &Path) -> Result<PathBuf> {
