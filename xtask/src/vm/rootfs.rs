@@ -46,11 +46,16 @@ const PACKAGES: &[&str] = &[
 /// The suite the root comes from: the host's own Debian release.
 const SUITE: &str = "bookworm";
 
+/// Links that Debian's maintainer scripts would make through
+/// update-alternatives, which the extract variant does not run: (link,
+/// target relative to the link's directory).
+const ALTERNATIVES: &[(&str, &str)] = &[("usr/bin/awk", "mawk")];
+
 /// Mount points init needs that an extracted root lacks.
 const MOUNT_POINTS: &[&str] = &["proc", "sys", "dev", "tmp", "run", "var/tmp", "root"];
 
 fn layout() -> String {
-    format!("shaper-vm-root 1 {SUITE} {}\n", PACKAGES.join(","))
+    format!("shaper-vm-root 3 {SUITE} {}\n", PACKAGES.join(","))
 }
 
 /// The cached arm64 root, built first if needed.
@@ -109,12 +114,21 @@ fn finish(root: &Path) -> Result<()> {
         std::fs::create_dir_all(&path)
             .with_context(|| format!("cannot create {}", path.display()))?;
     }
+    for (link, target) in ALTERNATIVES {
+        let path = root.join(link);
+        if std::fs::symlink_metadata(&path).is_err() {
+            std::os::unix::fs::symlink(target, &path)
+                .with_context(|| format!("cannot link {} to {target}", path.display()))?;
+        }
+    }
     for program in [
         "bin/busybox",
         "bin/sh",
         "sbin/ip",
         "sbin/tc",
         "sbin/modprobe",
+        "usr/bin/awk",
+        "usr/bin/python3",
     ] {
         // Links may be absolute (`sbin/ip -> /bin/ip`): resolve them inside
         // the root, not on the host.
