@@ -13,10 +13,15 @@
 //!   against CAKE in ingress mode with `nat dual-dsthost`; the shaper runs
 //!   both ways as sqm-scripts' usual pair (`--isolate dual-srchost
 //!   --ingress-isolate dual-dsthost --nat`).
-//! - **triple-isolate** (upload, through NAT): with one server, every
-//!   flow's destination weighs it by all 9 flows (CAKE's `max(srchost,
-//!   dsthost)`): B's share must be at least CAKE `nat triple-isolate`'s
-//!   less [`CAKE_SLACK`].
+//! - **triple-isolate** (through NAT, upload and download): host A's flows
+//!   go 4 to each of the server's two addresses, B's one to the first.
+//!   CAKE weighs each flow by the busier of its two hosts (`max(srchost,
+//!   dsthost)` flows): A's by its own 8, B's by the 5 flows of the first
+//!   server, so B gets about 0.2 / 1.2 of the rate, where flows alone
+//!   would give it 1/9, source hosts alone a half, and destination hosts
+//!   alone a tenth. B's share must be within [`CAKE_SLACK`] of CAKE `nat
+//!   triple-isolate`'s (CAKE in ingress mode on the download), either
+//!   way.
 //!
 //! A case that misses is measured once more; two misses fail.
 //!
@@ -24,8 +29,8 @@
 //! tools); elsewhere it skips with a reason, and under
 //! `SHAPER_REQUIRE_FULL_KERNEL=1` a skip fails.
 //!
-//! Not covered here: the policer (which isolates flows only), a download
-//! without `--nat`, and triple-isolate with two servers.
+//! Not covered here: the policer (which isolates flows only) and a
+//! download without `--nat`.
 
 use shaper::{
     lab::{Scenario, State, Testbed, TestbedOptions, hosts},
@@ -103,6 +108,15 @@ fn host_b(tb: &Testbed, state: State, down: bool) -> (f64, f64) {
     (r.part(1), r.ratio(rate()))
 }
 
+/// The same with host A's flows split between the server's two
+/// addresses (host B's flow is the last).
+fn host_b_two_servers(tb: &Testbed, state: State, down: bool) -> (f64, f64) {
+    let flows = hosts::flows_two_servers(down);
+    let b = flows.len() - 1;
+    let r = vs_cake::run(tb, &Scenario::new(state, flows, vs_cake::timing(OMIT)));
+    (r.part(b), r.ratio(rate()))
+}
+
 fn upload_dual_srchost(tb: &Testbed) -> Verdict {
     let (no_nat, _) = host_b(tb, shaper("dual-srchost", false), false);
     let round = || {
@@ -138,17 +152,31 @@ fn download_dual_dsthost(tb: &Testbed) -> Verdict {
     again_if_missed(round(), round)
 }
 
-fn triple_isolate(tb: &Testbed) -> Verdict {
+fn triple_isolate(tb: &Testbed, down: bool) -> Verdict {
     let round = || {
-        let (c, cg) = host_b(tb, cake("triple-isolate"), false);
-        let (s, sg) = host_b(tb, shaper("triple-isolate", true), false);
-        let bar = c - CAKE_SLACK;
+        let (cake_state, shaper_state, way) = if down {
+            (
+                cake_download("triple-isolate"),
+                shaper_both_ways("triple-isolate"),
+                "download (ifb, --ingress-isolate)",
+            )
+        } else {
+            (
+                cake("triple-isolate"),
+                shaper("triple-isolate", true),
+                "upload",
+            )
+        };
+        let (c, cg) = host_b_two_servers(tb, cake_state, down);
+        let (s, sg) = host_b_two_servers(tb, shaper_state, down);
         verdict(
-            s >= bar,
+            (s - c).abs() <= CAKE_SLACK,
             format!(
-                "upload, 8 flows from A, 1 from B, one server: shaper triple-isolate --nat B \
-                 {s:.3} (needs ≥ {bar:.3}), goodput {sg:.3}; CAKE nat triple-isolate B {c:.3}, \
-                 goodput {cg:.3}"
+                "{way}, A 4 flows to each of two server addresses, B 1: shaper triple-isolate \
+                 --nat B {s:.3} (needs {:.3} to {:.3}), goodput {sg:.3}; CAKE nat \
+                 triple-isolate B {c:.3}, goodput {cg:.3}",
+                c - CAKE_SLACK,
+                c + CAKE_SLACK
             ),
         )
     };
@@ -172,6 +200,7 @@ fn hosts_behind_nat_share_as_under_cake() {
     report(&[
         upload_dual_srchost(&tb),
         download_dual_dsthost(&tb),
-        triple_isolate(&tb),
+        triple_isolate(&tb, false),
+        triple_isolate(&tb, true),
     ]);
 }

@@ -30,6 +30,17 @@ pub fn flows(down: bool) -> Vec<FlowSpec> {
     ]
 }
 
+/// Host A's flows split between the server's two addresses, then host
+/// B's one flow to the first: where isolation by destination (CAKE's
+/// triple-isolate) weighs each flow by both its hosts.
+pub fn flows_two_servers(down: bool) -> Vec<FlowSpec> {
+    vec![
+        flow(Host::Client, A_FLOWS / 2, down),
+        flow(Host::Client, A_FLOWS - A_FLOWS / 2, down).to_second_server(),
+        flow(Host::Client2, 1, down),
+    ]
+}
+
 fn flow(host: Host, streams: u32, down: bool) -> FlowSpec {
     let f = FlowSpec::tcp(host, streams);
     if down { f.reversed() } else { f }
@@ -118,6 +129,11 @@ mod tests {
     fn the_case_and_its_arguments() {
         let up = flows(false);
         assert_eq!(up.len(), 2);
+        let two = flows_two_servers(true);
+        assert_eq!(two.iter().map(|f| f.streams).sum::<u32>(), A_FLOWS + 1);
+        assert!(two[1].second_server && !two[0].second_server && !two[2].second_server);
+        assert!(two.iter().all(|f| f.reverse));
+        assert_ne!(two[0].server_addr(), two[1].server_addr());
         assert_eq!(up[0].streams, A_FLOWS);
         assert_eq!(up[1].streams, 1);
         assert!(flows(true).iter().all(|f| f.reverse));

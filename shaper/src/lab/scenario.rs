@@ -316,15 +316,18 @@ fn run_applied(
 ) -> Result<RunResult, LabError> {
     let t_applied = Instant::now();
     let baseline = used.then(|| (applied.counters().ok(), applied.qdisc_stats().ok()));
-    let servers = (0..scenario.flows.len())
-        .map(|i| {
+    let servers = scenario
+        .flows
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| {
             let port = u16::try_from(i)
                 .ok()
                 .and_then(|i| BASE_PORT.checked_add(i))
                 .ok_or_else(|| LabError::Invalid {
                     detail: format!("too many flows: {}", scenario.flows.len()),
                 })?;
-            IperfServer::start(tb, Host::Server, port)
+            IperfServer::start_at(tb, Host::Server, spec.server_addr(), port)
         })
         .collect::<Result<Vec<_>, _>>()?;
 

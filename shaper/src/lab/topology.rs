@@ -4,7 +4,7 @@
 //! ```text
 //!  client  cl0 10.71.1.2 ── lan1 10.71.1.1 ┐
 //!                                          router  wan0 10.71.3.1 ── sv0 10.71.3.2  server
-//!  client2 cl0 10.71.2.2 ── lan2 10.71.2.1 ┘
+//!  client2 cl0 10.71.2.2 ── lan2 10.71.2.1 ┘                        10.71.3.3  (second address)
 //! ```
 //!
 //! The state under test sits on the router's `wan0` egress: uploads from the
@@ -103,6 +103,11 @@ impl Host {
         self as usize
     }
 }
+
+/// The server's second address on the same link: a second destination
+/// host for isolation by destination (CAKE's dsthost and triple-isolate
+/// count hosts by address).
+pub const SERVER_SECOND: Ipv4Addr = Ipv4Addr::new(10, 71, 3, 3);
 
 /// The router's WAN-side device, where the state under test goes.
 pub const WAN_DEV: &str = "wan0";
@@ -414,12 +419,18 @@ impl Testbed {
             let ecn = if self.options.ecn { "1" } else { "2" };
             self.ns(host)
                 .sysctls(&[(v6.as_str(), "1"), ("net.ipv4.tcp_ecn", ecn)])?;
-            self.ns(host).ip_batch(&[
+            let mut batch = vec![
                 "link set dev lo up".to_owned(),
                 format!("addr add 10.71.{net}.2/24 dev {dev}"),
+            ];
+            if host == Host::Server {
+                batch.push(format!("addr add {SERVER_SECOND}/24 dev {dev}"));
+            }
+            batch.extend([
                 format!("link set dev {dev} up{gso}"),
                 format!("route add default via 10.71.{net}.1"),
-            ])?;
+            ]);
+            self.ns(host).ip_batch(&batch)?;
             router.push(format!("addr add 10.71.{net}.1/24 dev {rdev}"));
             router.push(format!("link set dev {rdev} up"));
         }
@@ -540,6 +551,11 @@ impl Testbed {
     pub fn run(&self, host: Host, program: &str, args: &[&str]) -> Result<String, LabError> {
         self.ns(host).run(program, args)
     }
+
+    /// The server's second address on the same link: a second destination
+    /// host for isolation by destination (CAKE's dsthost and triple-isolate
+    /// count hosts by address).
+    pub const SERVER_SECOND: Ipv4Addr = Ipv4Addr::new(10, 71, 3, 3);
 
     /// The router's WAN-side device, where the state under test goes.
     pub fn wan_dev(&self) -> &'static str {

@@ -73,6 +73,9 @@ pub struct FlowSpec {
     pub datagram_len: Option<u32>,
     /// The IP TOS byte (`-S`), DSCP and ECN bits: `0xb8` is EF.
     pub tos: Option<u8>,
+    /// To the server's second address ([`super::topology::SERVER_SECOND`]):
+    /// another destination host, as far as isolation can tell.
+    pub second_server: bool,
 }
 
 impl FlowSpec {
@@ -88,6 +91,7 @@ impl FlowSpec {
             reverse: false,
             datagram_len: None,
             tos: None,
+            second_server: false,
         }
     }
 
@@ -102,6 +106,7 @@ impl FlowSpec {
             reverse: false,
             datagram_len: None,
             tos: None,
+            second_server: false,
         }
     }
 
@@ -137,6 +142,21 @@ impl FlowSpec {
         self
     }
 
+    /// The same to (or, reversed, from) the server's second address.
+    pub fn to_second_server(mut self) -> Self {
+        self.second_server = true;
+        self
+    }
+
+    /// The address of the server this flow talks to.
+    pub fn server_addr(&self) -> Ipv4Addr {
+        if self.second_server {
+            super::topology::SERVER_SECOND
+        } else {
+            Host::Server.addr()
+        }
+    }
+
     /// A short description, e.g. `client 4×tcp bbr`.
     pub fn label(&self) -> String {
         let mut s = format!(
@@ -155,6 +175,9 @@ impl FlowSpec {
         if self.reverse {
             s.push_str(" reverse");
         }
+        if self.second_server {
+            s.push_str(" to the second server");
+        }
         s
     }
 }
@@ -169,7 +192,11 @@ pub struct IperfServer {
 impl IperfServer {
     /// Starts it and waits until the port listens.
     pub fn start(tb: &Testbed, host: Host, port: u16) -> Result<Self, LabError> {
-        let addr = host.addr();
+        Self::start_at(tb, host, host.addr(), port)
+    }
+
+    /// The same, bound to `addr`, one of `host`'s addresses.
+    pub fn start_at(tb: &Testbed, host: Host, addr: Ipv4Addr, port: u16) -> Result<Self, LabError> {
         let port_s = port.to_string();
         let mut cmd = tb.command(host, "iperf3");
         cmd.args([
