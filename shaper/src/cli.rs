@@ -1,5 +1,5 @@
-//! The command line, as raw arguments. `commands` validates them into a
-//! `RunConfig` and acts.
+//! The command line, as raw arguments, and `run`'s validation of them into
+//! a `RunPlan` (`RunArgs::plan`); `commands` acts on it.
 //!
 //! Exit codes: 0 ok, 1 failure, 2 usage (bad input, missing privileges or
 //! kernel features: nothing was changed).
@@ -8,8 +8,12 @@ use std::{path::PathBuf, time::Duration};
 
 use clap::{Args, Parser, Subcommand};
 
+use shaper_common::hosts::Isolation;
+
 use crate::{
+    config::{ConfigError, RunConfig, RunPlan},
     duration::{DURATION_HELP, parse_duration},
+    ingress::IngressMode,
     pacer::{PacerArgs, PacerKind, parse_rtt},
     rate::Rate,
 };
@@ -287,6 +291,47 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// Validates the arguments as `shaper run` takes them: the plan, or the
+    /// first refusal.
+    pub fn plan(&self) -> Result<RunPlan, ConfigError> {
+        let args = self;
+        let pacer = args.pacer_args();
+        let egress = match args.rate {
+            Some(rate) => {
+                let mut c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
+                c.sample_every = (!args.no_telemetry).then_some(args.sample);
+                Some(c)
+            }
+            None => None,
+        };
+        let ingress = match args.ingress_rate {
+            Some(rate) => {
+                let pacer = PacerArgs {
+                    isolate: args.ingress_isolate.or(args.isolate),
+                    ..pacer.clone()
+                };
+                let c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
+                let mode = c.pacer.isolation;
+                if args.ingress_mode == IngressMode::Police && mode != Isolation::Flows {
+                    return Err(ConfigError::IsolateWithPolice {
+                        mode: mode.keyword(),
+                    });
+                }
+                Some(c)
+            }
+            None => None,
+        };
+        let isolates = [args.isolate, args.ingress_isolate]
+            .into_iter()
+            .flatten()
+            .any(|i| Isolation::from(i) != Isolation::Flows);
+        match (args.nat, args.lans.is_empty(), isolates) {
+            (true, true, _) => Err(ConfigError::NatWithoutLan),
+            (true, false, false) => Err(ConfigError::NatWithoutHosts),
+            _ => Ok(RunPlan { egress, ingress }),
+        }
+    }
+
     /// The pacer settings as given.
     pub fn pacer_args(&self) -> PacerArgs {
         PacerArgs {

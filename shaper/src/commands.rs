@@ -72,7 +72,7 @@ pub fn run(args: RunArgs) -> Result<()> {
     let RunPlan {
         mut egress,
         mut ingress,
-    } = RunPlan::from_args(&args)?;
+    } = args.plan()?;
     Capabilities::current()?.check()?;
     let link = link_by_name(&args.iface)?;
     checks::check_link(&link)?;

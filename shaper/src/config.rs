@@ -7,11 +7,7 @@ use shaper_common::config::{
     FLAG_ECN, FLAG_FAIR, FLAG_TELEMETRY, FLAG_WASH, PacerConfig, sample_threshold,
 };
 
-use shaper_common::hosts::Isolation;
-
 use crate::{
-    cli::RunArgs,
-    ingress::IngressMode,
     pacer::{PacerArgs, PacerError, PacerKind, PacerSettings},
     rate::Rate,
     tc::FqParams,
@@ -188,55 +184,15 @@ impl RunConfig {
 }
 
 /// What one `shaper run` shapes: each direction it was given a rate for,
-/// validated. Built before anything on the system is looked at, so the
-/// flags and a config file's sections are refused the same way.
+/// validated. Built before anything on the system is looked at
+/// (`RunArgs::plan` in `crate::cli`), so the flags and a config file's
+/// sections are refused the same way.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RunPlan {
     /// The upload (`--rate`).
     pub egress: Option<RunConfig>,
     /// The download (`--ingress-rate`), in `args.ingress_mode`.
     pub ingress: Option<RunConfig>,
-}
-
-impl RunPlan {
-    /// Validates `args` as `shaper run` takes them; the first refusal.
-    pub fn from_args(args: &RunArgs) -> Result<Self, ConfigError> {
-        let pacer = args.pacer_args();
-        let egress = match args.rate {
-            Some(rate) => {
-                let mut c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
-                c.sample_every = (!args.no_telemetry).then_some(args.sample);
-                Some(c)
-            }
-            None => None,
-        };
-        let ingress = match args.ingress_rate {
-            Some(rate) => {
-                let pacer = PacerArgs {
-                    isolate: args.ingress_isolate.or(args.isolate),
-                    ..pacer.clone()
-                };
-                let c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
-                let mode = c.pacer.isolation;
-                if args.ingress_mode == IngressMode::Police && mode != Isolation::Flows {
-                    return Err(ConfigError::IsolateWithPolice {
-                        mode: mode.keyword(),
-                    });
-                }
-                Some(c)
-            }
-            None => None,
-        };
-        let isolates = [args.isolate, args.ingress_isolate]
-            .into_iter()
-            .flatten()
-            .any(|i| Isolation::from(i) != Isolation::Flows);
-        match (args.nat, args.lans.is_empty(), isolates) {
-            (true, true, _) => Err(ConfigError::NatWithoutLan),
-            (true, false, false) => Err(ConfigError::NatWithoutHosts),
-            _ => Ok(Self { egress, ingress }),
-        }
-    }
 }
 
 /// A per-run seed for the flow hash, from the standard library's per-process

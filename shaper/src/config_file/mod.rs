@@ -6,7 +6,7 @@
 //! - **The flags are the one definition.** The keys come from clap's
 //!   metadata of `RunArgs` (`keys`); a section becomes the argv those
 //!   flags would be (`--rate=850mbit`, one argument per key and value, in
-//!   the flags' order), which clap parses and [`RunPlan::from_args`]
+//!   the flags' order), which clap parses and [`RunArgs::plan`]
 //!   validates, as for `run` itself. A section is refused with the flags'
 //!   own message, prefixed with the file, the line and the key.
 //! - **All or nothing.** Every section, enabled or not, is validated when
@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 pub use error::{At, ConfigFileError};
 pub use keys::{ENABLED, Key, Kind, keys, parse_bool};
 
-use crate::{cli::RunArgs, config::RunPlan};
+use crate::cli::RunArgs;
 
 /// One `KEY VALUE` line of a section, as written.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -338,7 +338,7 @@ fn validate(
     };
     let parsed = <keys::FileRun as clap::Parser>::try_parse_from(argv.iter().map(|a| &a.arg))
         .map_err(|e| clap_error(&e, &argv, keys).into_file_error(path, format, &raw, keys))?;
-    if let Err(e) = RunPlan::from_args(&parsed.args) {
+    if let Err(e) = parsed.args.plan() {
         let message = e.to_string();
         // The first flag the message names that the section sets; of a
         // list, the value the message quotes.
