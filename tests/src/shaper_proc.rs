@@ -18,6 +18,8 @@
 //!   SIGTERM, which restores the interface, and SIGKILL after a grace
 //!   period.
 //!
+//! Also the bad-input check the CLI tests share: [`expect_usage_error`].
+//!
 //! Non-goals: checking the report's wording (the few tests about a message
 //! read [`status_text`]); starting anything but `shaper run`.
 
@@ -25,7 +27,7 @@ use std::{
     collections::BTreeMap,
     fmt,
     io::Read,
-    process::{Child, Command, ExitStatus, Stdio},
+    process::{Child, Command, ExitStatus, Output, Stdio},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -37,7 +39,7 @@ use std::{
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::topo::{NamedNs, shaper_bin, text};
+use crate::topo::{NamedNs, Pair, shaper_bin, text};
 
 /// How long [`ShaperProc::start`] waits for the classifiers: loading and
 /// verifying the programs takes tens of seconds in the emulated VM.
@@ -200,6 +202,34 @@ pub fn cleanup(ns: Option<&NamedNs>, iface: Option<&str>) -> String {
     text(&out)
 }
 
+/// Runs `shaper ARGS` in the pair's left namespace, where it would shape
+/// `left0`; asserts exit 2, that the message has every needle, and that
+/// nothing changed (the same tc state, no state record). Returns the
+/// output.
+pub fn expect_usage_error(pair: &Pair, args: &[&str], needles: &[&str]) -> Output {
+    let before = pair.left.tc_state("left0");
+    let out = pair
+        .left
+        .shaper()
+        .args(args)
+        .output()
+        .expect("spawn shaper");
+    let msg = text(&out);
+    assert_eq!(out.status.code(), Some(2), "args {args:?}: {msg}");
+    for n in needles {
+        assert!(msg.contains(n), "args {args:?}: message lacks {n:?}: {msg}");
+    }
+    assert_eq!(
+        pair.left.tc_state("left0"),
+        before,
+        "args {args:?} changed the interface"
+    );
+    if let Some(st) = status_json(Some(&pair.left), "left0") {
+        panic!("args {args:?} left a record: {st}");
+    }
+    out
+}
+
 /// How a `shaper run` ended, with everything it printed.
 #[derive(Debug)]
 pub struct Exit {
@@ -280,10 +310,47 @@ impl<'a> ShaperProc<'a> {
         args: &[&str],
         env: &[(&str, &str)],
     ) -> Self {
+        let run_args: Vec<&str> = ["--iface", iface]
+            .into_iter()
+            .chain(args.iter().copied())
+            .collect();
+        let egress = args.contains(&"--rate");
+        let ingress = args.contains(&"--ingress-rate");
+        Self::launch(ns, iface, &run_args, env, (egress, ingress))
+    }
+
+    /// `shaper run --config FILE --section SECTION` in `ns`, shaping
+    /// `iface` in the directions `(egress, ingress)` the section sets;
+    /// waits as [`ShaperProc::start`] does.
+    pub fn start_config(
+        ns: Option<&'a NamedNs>,
+        iface: &str,
+        file: &str,
+        section: &str,
+        directions: (bool, bool),
+    ) -> Self {
+        Self::launch(
+            ns,
+            iface,
+            &["--config", file, "--section", section],
+            &[],
+            directions,
+        )
+    }
+
+    /// `shaper run RUN_ARGS`, waiting until `iface` is shaped in the
+    /// directions `(egress, ingress)`.
+    fn launch(
+        ns: Option<&'a NamedNs>,
+        iface: &str,
+        run_args: &[&str],
+        env: &[(&str, &str)],
+        (egress, ingress): (bool, bool),
+    ) -> Self {
         let child = shaper_command(ns)
             .envs(env.iter().copied())
-            .args(["run", "--iface", iface])
-            .args(args)
+            .arg("run")
+            .args(run_args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
@@ -299,8 +366,6 @@ impl<'a> ShaperProc<'a> {
         let ready = Arc::new(AtomicBool::new(false));
         p.stdout = drain(child.stdout.take(), ready.clone());
         p.stderr = drain(child.stderr.take(), ready.clone());
-        let egress = args.contains(&"--rate");
-        let ingress = args.contains(&"--ingress-rate");
         p.wait_shaping(egress, ingress, &ready);
         p
     }

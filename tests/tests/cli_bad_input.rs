@@ -9,36 +9,15 @@
 use std::process::Output;
 
 use shaper_tests::{
-    shaper_proc::status_json,
+    shaper_proc,
     skip::{Need, require},
     topo::{Pair, kernel_has_fq, text},
 };
 
-/// Runs `shaper run ARGS` in the pair's left namespace; asserts exit 2, that
-/// the message contains every `needle`, and that nothing changed.
+/// `shaper run ARGS` must refuse: see [`shaper_proc::expect_usage_error`].
 fn expect_usage_error(pair: &Pair, args: &[&str], needles: &[&str]) -> Output {
-    let before = pair.left.tc_state("left0");
-    let out = pair
-        .left
-        .shaper()
-        .arg("run")
-        .args(args)
-        .output()
-        .expect("spawn shaper");
-    let msg = text(&out);
-    assert_eq!(out.status.code(), Some(2), "args {args:?}: {msg}");
-    for n in needles {
-        assert!(msg.contains(n), "args {args:?}: message lacks {n:?}: {msg}");
-    }
-    assert_eq!(
-        pair.left.tc_state("left0"),
-        before,
-        "args {args:?} changed the interface"
-    );
-    if let Some(st) = status_json(Some(&pair.left), "left0") {
-        panic!("args {args:?} left a record: {st}");
-    }
-    out
+    let run: Vec<&str> = std::iter::once("run").chain(args.iter().copied()).collect();
+    shaper_proc::expect_usage_error(pair, &run, needles)
 }
 
 #[test]

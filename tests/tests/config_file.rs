@@ -13,14 +13,12 @@
 
 use std::{
     path::{Path, PathBuf},
-    process::{Child, Output, Stdio},
-    thread::sleep,
-    time::{Duration, Instant},
+    process::Output,
 };
 
 use serde_json::{Value, json};
 use shaper_tests::{
-    shaper_proc::{ATTACH_TIMEOUT, ShaperProc, Status, status_json},
+    shaper_proc::{ShaperProc, Status, expect_usage_error, status_json},
     skip::{Need, require},
     topo::{NamedNs, Pair, text},
 };
@@ -59,27 +57,6 @@ impl Drop for ConfigFile {
 /// `shaper ARGS` in `ns`.
 fn shaper(ns: &NamedNs, args: &[&str]) -> Output {
     ns.shaper().args(args).output().expect("spawn shaper")
-}
-
-/// Runs `shaper ARGS` in the pair's left namespace, shaping `left0`;
-/// asserts exit 2, that the message has every needle, and that nothing
-/// changed.
-fn expect_usage_error(pair: &Pair, args: &[&str], needles: &[&str]) {
-    let before = pair.left.tc_state("left0");
-    let out = shaper(&pair.left, args);
-    let msg = text(&out);
-    assert_eq!(out.status.code(), Some(2), "args {args:?}: {msg}");
-    for n in needles {
-        assert!(msg.contains(n), "args {args:?}: message lacks {n:?}: {msg}");
-    }
-    assert_eq!(
-        pair.left.tc_state("left0"),
-        before,
-        "args {args:?} changed the interface"
-    );
-    if let Some(st) = status_json(Some(&pair.left), "left0") {
-        panic!("args {args:?} left a record: {st}");
-    }
 }
 
 /// A valid section on `left0` (4 lines), which the bad cases extend.
@@ -233,84 +210,6 @@ fn bad_config_files_exit_2_naming_the_line_and_key() {
     );
 }
 
-/// A `shaper run --config FILE --section NAME` in `ns`, stopped with
-/// SIGTERM (SIGKILL after a grace period) on drop.
-struct FileRun {
-    child: Child,
-}
-
-impl FileRun {
-    /// Starts it and waits until `status --json` shows `iface` shaped in
-    /// each direction asked.
-    fn start(
-        ns: &NamedNs,
-        file: &str,
-        section: &str,
-        iface: &str,
-        egress: bool,
-        ingress: bool,
-    ) -> Self {
-        let log =
-            std::env::temp_dir().join(format!("shaper-config-run-{}.log", std::process::id()));
-        let out = std::fs::File::create(&log).expect("log file");
-        let child = ns
-            .shaper()
-            .args(["run", "--config", file, "--section", section])
-            .stdout(Stdio::from(out.try_clone().expect("dup log")))
-            .stderr(Stdio::from(out))
-            .spawn()
-            .expect("spawn shaper run");
-        let mut run = Self { child };
-        let deadline = Instant::now() + ATTACH_TIMEOUT;
-        loop {
-            if let Some(st) = status_json(Some(ns), iface) {
-                let attached = st.running
-                    && (!egress || st.classifier != "none")
-                    && (!ingress || st.ingress.as_ref().is_some_and(|i| i.classifier != "none"));
-                if attached {
-                    return run;
-                }
-            }
-            let exited = run.child.try_wait().expect("wait").is_some();
-            if exited || Instant::now() > deadline {
-                let _ = run.child.kill();
-                let _ = run.child.wait();
-                panic!(
-                    "shaper run --config did not shape {iface}: {}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                );
-            }
-            sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// SIGTERM; returns the exit code once it has exited.
-    fn sigterm(&mut self) -> Option<i32> {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(st) = self.child.try_wait().expect("wait") {
-                return st.code();
-            }
-            if Instant::now() > deadline {
-                let _ = self.child.kill();
-                let _ = self.child.wait();
-                panic!("shaper run --config ignored SIGTERM");
-            }
-            sleep(Duration::from_millis(50));
-        }
-    }
-}
-
-impl Drop for FileRun {
-    fn drop(&mut self) {
-        if self.child.try_wait().ok().flatten().is_none() {
-            self.sigterm();
-        }
-    }
-}
-
 /// What a status says about how the interface is shaped, without what
 /// differs between two runs of the same settings (pid, counters, programs,
 /// the generation of the configuration).
@@ -337,7 +236,12 @@ fn shape(st: &Status) -> Value {
 /// `run --config`, on `iface` in `ns`; asserts both shape it alike and
 /// that the config run's SIGTERM restores it. Returns the config run,
 /// still running, for more checks.
-fn same_as_flags(ns: &NamedNs, iface: &str, file: &ConfigFile, flags: &[&str]) -> FileRun {
+fn same_as_flags<'a>(
+    ns: &'a NamedNs,
+    iface: &str,
+    file: &ConfigFile,
+    flags: &[&str],
+) -> ShaperProc<'a> {
     let before = ns.tc_state(iface);
     let egress = flags.contains(&"--rate");
     let ingress = flags.contains(&"--ingress-rate");
@@ -355,7 +259,7 @@ fn same_as_flags(ns: &NamedNs, iface: &str, file: &ConfigFile, flags: &[&str]) -
         printed.lines().any(|l| l == format!("--iface={iface}")),
         "{printed}"
     );
-    let run = FileRun::start(ns, file.path(), "wan", iface, egress, ingress);
+    let run = ShaperProc::start_config(Some(ns), iface, file.path(), "wan", (egress, ingress));
     let st = status_json(Some(ns), iface).expect("shaped");
     assert_eq!(shape(&st), expected, "config file vs flags:\n{st}");
     run
@@ -451,7 +355,7 @@ fn config_section_shapes_the_download_as_its_flags_do() {
             .rate_bits_per_s,
         10_000_000
     );
-    assert_eq!(run.sigterm(), Some(0));
+    assert_eq!(run.sigterm().code(), Some(0));
     assert_eq!(ns.tc_state("right0"), before, "SIGTERM restored right0");
     assert!(status_json(Some(ns), "right0").is_none(), "no record left");
 }
@@ -510,7 +414,7 @@ fn config_section_shapes_the_upload_as_its_flags_do() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     let st = status_json(Some(ns), "left0").expect("still shaped");
     assert_eq!(st.rate_bits_per_s, 30_000_000, "{st}");
-    assert_eq!(run.sigterm(), Some(0));
+    assert_eq!(run.sigterm().code(), Some(0));
     assert_eq!(ns.tc_state("left0"), before, "SIGTERM restored left0");
     assert!(status_json(Some(ns), "left0").is_none(), "no record left");
 }
