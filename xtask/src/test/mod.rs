@@ -277,6 +277,10 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
         Ok((all_passed(&plan, &records), records))
     });
 
+    let available: Vec<(String, Vec<String>)> = listed
+        .iter()
+        .map(|(b, t)| (exec::binary_name(b), t.clone()))
+        .collect();
     if !args.no_vm {
         let runs: Vec<(vm::Kernel, tiers::Tier)> = if args.quick {
             vec![(vm::Kernel::V6_12, tiers::QUICK)]
@@ -292,38 +296,14 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
                 .map(|k| (k, tier_of(k)))
                 .collect()
         };
-        let available: Vec<(String, Vec<String>)> = listed
-            .iter()
-            .map(|(b, t)| (exec::binary_name(b), t.clone()))
-            .collect();
         for (kernel, tier) in runs {
             let name = format!("vm {} ({})", kernel.line(), tier.name);
             stage(&name, &mut || {
                 tier.check(&available)?;
-                let config = vm::kernel_config(root, kernel)?;
-                let dir = root
-                    .join("target/test-runs")
-                    .join(format!("vm-{}", kernel.line()));
-                if dir.exists() {
-                    std::fs::remove_dir_all(&dir)
-                        .with_context(|| format!("cannot clear {}", dir.display()))?;
-                }
-                std::fs::create_dir_all(&dir)
-                    .with_context(|| format!("cannot create {}", dir.display()))?;
-                let plan = exec::Plan {
-                    tests: planned(&listed, |b, t| {
-                        tier.selects(&exec::binary_name(b), t) && matches(b, t)
-                    }),
-                    log_dir: dir.join("logs"),
-                    cwd: tests_dir.clone(),
-                    strict: true,
-                    env: vec![
-                        shaper_env.clone(),
-                        ("SHAPER_KERNEL_CONFIG".into(), config.display().to_string()),
-                        ("SHAPER_VM_KERNEL".into(), kernel.line().into()),
-                        ("SHAPER_REQUIRE_FULL_KERNEL".into(), "1".into()),
-                    ],
-                };
+                let tests = planned(&listed, |b, t| {
+                    tier.selects(&exec::binary_name(b), t) && matches(b, t)
+                });
+                let (dir, plan) = vm_plan(root, kernel.into(), tests, &shaper_bin, &tests_dir)?;
                 let runner = std::env::current_exe().context("cannot find xtask's executable")?;
                 vm_stage::run(root, kernel.into(), &runner, &dir, &plan)
             });
@@ -336,10 +316,6 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
             kernel: args.arm64_kernel,
         };
         let tier = tiers::ARM64;
-        let available: Vec<(String, Vec<String>)> = listed
-            .iter()
-            .map(|(b, t)| (exec::binary_name(b), t.clone()))
-            .collect();
         stage(&format!("vm {} ({})", guest.name(), tier.name), &mut || {
             tier.check(&available)?;
             let wanted = planned(&listed, |b, t| {
@@ -350,34 +326,47 @@ pub fn run(root: &Path, args: &TestArgs) -> Result<i32> {
                 return Ok((true, Vec::new()));
             }
             let built = arm64::build(root, &object)?;
-            let config = vm::kernel_config(root, guest)?;
-            let dir = root
-                .join("target/test-runs")
-                .join(format!("vm-{}", guest.name()));
-            if dir.exists() {
-                std::fs::remove_dir_all(&dir)
-                    .with_context(|| format!("cannot clear {}", dir.display()))?;
-            }
-            std::fs::create_dir_all(&dir)
-                .with_context(|| format!("cannot create {}", dir.display()))?;
-            let plan = exec::Plan {
-                tests: arm64::retarget(&wanted, &built.tests)?,
-                log_dir: dir.join("logs"),
-                cwd: tests_dir.clone(),
-                strict: true,
-                env: vec![
-                    ("SHAPER_BIN".into(), built.shaper.display().to_string()),
-                    ("SHAPER_KERNEL_CONFIG".into(), config.display().to_string()),
-                    ("SHAPER_VM_KERNEL".into(), guest.name()),
-                    ("SHAPER_REQUIRE_FULL_KERNEL".into(), "1".into()),
-                ],
-            };
+            let tests = arm64::retarget(&wanted, &built.tests)?;
+            let (dir, plan) = vm_plan(root, guest, tests, &built.shaper, &tests_dir)?;
             vm_stage::run(root, guest, &built.runner, &dir, &plan)
         });
     }
 
     let ok = end(&stages)?;
     Ok(if ok { 0 } else { 1 })
+}
+
+/// A VM stage's folder under `target/test-runs/`, emptied, and its plan:
+/// `tests` run strictly (a skip fails) with `shaper_bin` as the shaper and
+/// the guest's kernel config.
+fn vm_plan(
+    root: &Path,
+    guest: vm::Guest,
+    tests: Vec<exec::PlannedTest>,
+    shaper_bin: &Path,
+    cwd: &Path,
+) -> Result<(PathBuf, exec::Plan)> {
+    let config = vm::kernel_config(root, guest)?;
+    let dir = root
+        .join("target/test-runs")
+        .join(format!("vm-{}", guest.name()));
+    if dir.exists() {
+        std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+    }
+    std::fs::create_dir_all(&dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let plan = exec::Plan {
+        tests,
+        log_dir: dir.join("logs"),
+        cwd: cwd.to_owned(),
+        strict: true,
+        env: vec![
+            ("SHAPER_BIN".into(), shaper_bin.display().to_string()),
+            ("SHAPER_KERNEL_CONFIG".into(), config.display().to_string()),
+            ("SHAPER_VM_KERNEL".into(), guest.name()),
+            ("SHAPER_REQUIRE_FULL_KERNEL".into(), "1".into()),
+        ],
+    };
+    Ok((dir, plan))
 }
 
 /// Test binaries with their tests' names.
