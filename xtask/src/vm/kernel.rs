@@ -14,9 +14,8 @@
 //! kernel's scripts/extract-vmlinux does: find the compressed payload by its
 //! magic bytes and decompress from there.
 //!
-//! Invariants: the cache is built in `.prepare-<line>-<pid>/` and renamed into
-//! place only when complete, so an interrupted preparation leaves no half
-//! cache; a complete cache is used without asking apt anything. The newest
+//! Invariants: the cache is complete or absent ([`super::cache`]); a
+//! complete cache is used without asking apt anything. The newest
 //! patch release known to apt is chosen at preparation time; to move to a
 //! newer one, delete the cache directory.
 //!
@@ -25,12 +24,11 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
 use super::debs::{find_deb, run_captured, version_cmp};
-use super::{Arch, Guest, Kernel, Tools, backports, elf, initramfs};
+use super::{Arch, Guest, Kernel, Tools, backports, cache, elf, initramfs};
 
 /// Bumped whenever the cache's contents change shape, so that old caches are
 /// rebuilt rather than misread.
@@ -59,42 +57,13 @@ pub(crate) fn prepare(
     tools: &Tools,
     busybox: &Path,
 ) -> Result<Cached> {
-    let dir = vm_dir(workspace).join(guest.name());
-    if is_complete(&dir) {
-        return Ok(cached_in(&dir));
-    }
-    if dir.exists() {
-        eprintln!(
-            "xtask vm: {} is incomplete or from an older layout; rebuilding it",
-            dir.display()
-        );
-        std::fs::remove_dir_all(&dir)
-            .with_context(|| format!("cannot remove the stale cache {}", dir.display()))?;
-    }
-    let started = Instant::now();
-    let tmp = vm_dir(workspace).join(format!(".prepare-{}-{}", guest.name(), std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot clear {}", tmp.display()))?;
-    }
-    std::fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    if let Err(e) = build_cache(&tmp, guest, tools, busybox) {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
-    if let Err(e) = std::fs::rename(&tmp, &dir) {
-        // Another process may have finished the same preparation first.
-        let _ = std::fs::remove_dir_all(&tmp);
-        if !is_complete(&dir) {
-            return Err(e)
-                .with_context(|| format!("cannot move the prepared kernel to {}", dir.display()));
-        }
-    }
-    eprintln!(
-        "xtask vm: kernel {} prepared in {:.1} s (cached in {})",
-        guest.name(),
-        started.elapsed().as_secs_f64(),
-        dir.display()
-    );
+    let dir = cache::ensure(
+        &vm_dir(workspace),
+        &guest.name(),
+        &format!("kernel {}", guest.name()),
+        is_complete,
+        |tmp| build_cache(tmp, guest, tools, busybox),
+    )?;
     Ok(cached_in(&dir))
 }
 

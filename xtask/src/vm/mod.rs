@@ -19,8 +19,8 @@
 //! - The host's /boot and /lib/modules are never touched; every kernel file
 //!   lives in the cache.
 //! - A cache directory either is complete or does not exist: it is prepared
-//!   under a temporary name and renamed into place. A warm run makes no apt
-//!   calls.
+//!   under a temporary name and renamed into place ([`cache`]). A warm run
+//!   makes no apt calls.
 //! - The job's stdout and stderr travel on their own virtio-serial ports;
 //!   the kernel console (ttyS0) goes to a log file that is shown only when
 //!   the guest dies without reporting an exit code. The exit code comes
@@ -39,6 +39,7 @@
 //! amd64 and arm64 flavours.
 
 mod backports;
+mod cache;
 mod debs;
 pub(crate) mod elf;
 mod guard;
@@ -189,13 +190,7 @@ pub fn kernel_config(workspace: &Path, guest: impl Into<Guest>) -> Result<PathBu
     let guest = guest.into();
     let workspace = canonical_workspace(workspace)?;
     let tools = Tools::find(guest.arch)?;
-    let root = guest_root(&workspace, guest.arch, &tools)?;
-    kernel::prepare(
-        &workspace,
-        guest,
-        &tools,
-        &busybox_for(guest.arch, &root, &tools),
-    )?;
+    prepare_guest(&workspace, guest, &tools)?;
     let cache = kernel::vm_dir(&workspace).join(guest.name());
     let release = std::fs::read_to_string(cache.join("release"))
         .with_context(|| format!("reading the cached {} kernel's release", guest.name()))?;
@@ -208,11 +203,16 @@ pub fn kernel_config(workspace: &Path, guest: impl Into<Guest>) -> Result<PathBu
     })
 }
 
-/// The root the guest runs its job in: the host's for x86, the cached arm64
-/// root for arm64.
-fn guest_root(workspace: &Path, arch: Arch, tools: &Tools) -> Result<PathBuf> {
-    match arch {
-        Arch::X86_64 => Ok(PathBuf::from("/")),
+/// The guest's root and its kernel, each fetched and cached first if
+/// needed: the host's root on x86 (with the host's static busybox for the
+/// initramfs), the cached arm64 root on arm64 (with its own busybox).
+fn prepare_guest(
+    workspace: &Path,
+    guest: Guest,
+    tools: &Tools,
+) -> Result<(PathBuf, kernel::Cached)> {
+    let (root, busybox) = match guest.arch {
+        Arch::X86_64 => (PathBuf::from("/"), tools.busybox.clone()),
         Arch::Arm64 => {
             let mmdebstrap = tools
                 .mmdebstrap
@@ -220,18 +220,12 @@ fn guest_root(workspace: &Path, arch: Arch, tools: &Tools) -> Result<PathBuf> {
                 .context("mmdebstrap not found: install the Debian package mmdebstrap")?;
             let root = rootfs::prepare_arm64(&kernel::vm_dir(workspace), mmdebstrap)?;
             rootfs::add_mount_point(&root, workspace)?;
-            Ok(root)
+            let busybox = rootfs::busybox(&root);
+            (root, busybox)
         }
-    }
-}
-
-/// The static busybox for the initramfs: the host's on x86, the arm64
-/// root's on arm64.
-fn busybox_for(arch: Arch, root: &Path, tools: &Tools) -> PathBuf {
-    match arch {
-        Arch::X86_64 => tools.busybox.clone(),
-        Arch::Arm64 => rootfs::busybox(root),
-    }
+    };
+    let cached = kernel::prepare(workspace, guest, tools, &busybox)?;
+    Ok((root, cached))
 }
 
 /// Boots `kernel`, runs `cmd` (argv) in the guest with the host root shared
@@ -250,13 +244,7 @@ pub fn run(workspace: &Path, guest: impl Into<Guest>, cmd: &[String]) -> Result<
     let tools = Tools::find(guest.arch)?;
     let timeout = timeout_from_env()?;
     remove_stale_run_dirs(&kernel::vm_dir(&workspace));
-    let root = guest_root(&workspace, guest.arch, &tools)?;
-    let cached = kernel::prepare(
-        &workspace,
-        guest,
-        &tools,
-        &busybox_for(guest.arch, &root, &tools),
-    )?;
+    let (root, cached) = prepare_guest(&workspace, guest, &tools)?;
 
     let run_dir = RunDir::create(&workspace)?;
     let caller_cwd = std::env::current_dir().context("cannot read the current directory")?;
@@ -315,27 +303,6 @@ pub fn run(workspace: &Path, guest: impl Into<Guest>, cmd: &[String]) -> Result<
         );
         attempt += 1;
     }
-}
-
-/// Fetches and caches `kernel` and its base initramfs without booting it, so
-/// that a test runner can warm the cache up front.
-#[allow(
-    dead_code,
-    reason = "called by the test runner, which is written separately"
-)]
-pub fn prepare(workspace: &Path, guest: impl Into<Guest>) -> Result<()> {
-    let guest = guest.into();
-    let workspace = canonical_workspace(workspace)?;
-    let tools = Tools::find(guest.arch)?;
-    remove_stale_run_dirs(&kernel::vm_dir(&workspace));
-    let root = guest_root(&workspace, guest.arch, &tools)?;
-    kernel::prepare(
-        &workspace,
-        guest,
-        &tools,
-        &busybox_for(guest.arch, &root, &tools),
-    )
-    .map(|_| ())
 }
 
 /// Refuses (exit 2) a program given by path that is an ELF file for the

@@ -10,20 +10,20 @@
 //! the static busybox that the initramfs runs as init. The project's own
 //! programs come from the workspace share, built statically for aarch64.
 //!
-//! Invariants: the cache is built under a temporary name and renamed into
-//! place when complete; its `layout` file names the package list, so a
-//! change of the list rebuilds it. The host's apt configuration is not
-//! touched: mmdebstrap reads the Debian mirror the host uses.
+//! Invariants: the cache is complete or absent ([`super::cache`]); its
+//! `layout` file names the package list, so a change of the list rebuilds
+//! it. The host's apt configuration is not touched: mmdebstrap reads the
+//! Debian mirror the host uses.
 //!
 //! Non-goals: package updates of a cached root (delete it to refresh).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 
 use super::backports::host_mirror;
+use super::cache;
 use super::debs::run_captured;
 
 /// Packages the root holds (their dependencies come along).
@@ -60,50 +60,29 @@ fn layout() -> String {
 
 /// The cached arm64 root, built first if needed.
 pub(crate) fn prepare_arm64(vm_dir: &Path, mmdebstrap: &Path) -> Result<PathBuf> {
-    let dir = vm_dir.join("arm64-root");
-    if std::fs::read_to_string(dir.join(".layout")).is_ok_and(|l| l == layout()) {
-        return Ok(dir);
-    }
-    if dir.exists() {
-        eprintln!(
-            "xtask vm: {} is incomplete or has other packages; rebuilding it",
-            dir.display()
-        );
-        std::fs::remove_dir_all(&dir)
-            .with_context(|| format!("cannot remove {}", dir.display()))?;
-    }
-    let started = Instant::now();
-    let tmp = vm_dir.join(format!(".prepare-arm64-root-{}", std::process::id()));
-    if tmp.exists() {
-        std::fs::remove_dir_all(&tmp).with_context(|| format!("cannot clear {}", tmp.display()))?;
-    }
-    std::fs::create_dir_all(vm_dir)
-        .with_context(|| format!("cannot create {}", vm_dir.display()))?;
-    let mirror = host_mirror().unwrap_or_else(|| "http://deb.debian.org/debian".to_owned());
-    eprintln!("xtask vm: first arm64 use: unpacking an arm64 root from {mirror}");
-    let built = run_captured(
-        Command::new(mmdebstrap)
-            .args(["--variant=extract", "--arch=arm64", "--quiet"])
-            .arg(format!("--include={}", PACKAGES.join(",")))
-            .arg(SUITE)
-            .arg(&tmp)
-            .arg(format!(
-                "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} {SUITE} main"
-            )),
-        "mmdebstrap",
+    cache::ensure(
+        vm_dir,
+        "arm64-root",
+        "arm64 root",
+        |dir| std::fs::read_to_string(dir.join(".layout")).is_ok_and(|l| l == layout()),
+        |tmp| {
+            let mirror = host_mirror().unwrap_or_else(|| "http://deb.debian.org/debian".to_owned());
+            eprintln!("xtask vm: first arm64 use: unpacking an arm64 root from {mirror}");
+            run_captured(
+                Command::new(mmdebstrap)
+                    .args(["--variant=extract", "--arch=arm64", "--quiet"])
+                    .arg(format!("--include={}", PACKAGES.join(",")))
+                    .arg(SUITE)
+                    .arg(tmp)
+                    .arg(format!(
+                        "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] {mirror} \
+                         {SUITE} main"
+                    )),
+                "mmdebstrap",
+            )?;
+            finish(tmp)
+        },
     )
-    .and_then(|_| finish(&tmp));
-    if let Err(e) = built {
-        let _ = std::fs::remove_dir_all(&tmp);
-        return Err(e);
-    }
-    std::fs::rename(&tmp, &dir)
-        .with_context(|| format!("cannot move the arm64 root to {}", dir.display()))?;
-    eprintln!(
-        "xtask vm: arm64 root prepared in {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
-    Ok(dir)
 }
 
 /// Adds the mount points and checks the programs init and the tests call by
