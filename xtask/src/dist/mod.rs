@@ -152,8 +152,8 @@ fn strip_into(target: Target, from: &Path, to: &Path) -> Result<()> {
 pub fn check_binary(path: &Path, target: Target) -> Result<()> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
     let want = match target {
-        Target::Aarch64 => 183,
-        Target::X86_64 => 62,
+        Target::Aarch64 => elf::EM_AARCH64,
+        Target::X86_64 => elf::EM_X86_64,
     };
     let machine = elf::machine(&bytes).with_context(|| format!("{}", path.display()))?;
     if machine != want {

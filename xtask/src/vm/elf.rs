@@ -58,8 +58,12 @@ pub(crate) fn has_interpreter(elf: &[u8]) -> Result<bool> {
     Ok(program_headers(elf)?.iter().any(|p| p.p_type == PT_INTERP))
 }
 
-/// The ELF header's `e_machine` (at 0x12): 62 for x86-64, 183 for
-/// AArch64.
+/// `e_machine` of x86-64 (System V gABI's list of machines).
+pub(crate) const EM_X86_64: u16 = 62;
+/// `e_machine` of AArch64.
+pub(crate) const EM_AARCH64: u16 = 183;
+
+/// The ELF header's `e_machine` (at 0x12): [`EM_X86_64`], [`EM_AARCH64`].
 pub(crate) fn machine(elf: &[u8]) -> Result<u16> {
     program_headers(elf)?;
     Ok(u16::from_le_bytes(bytes(elf, 0x12)?))
@@ -109,8 +113,8 @@ mod tests {
         assert!(has_interpreter(b"#!/bin/sh\n").is_err());
         assert!(has_interpreter(&elf_with(&[(1, 0, 0)], 0)[..66]).is_err());
         let mut arm = elf_with(&[(1, 0, 0)], 0);
-        arm[0x12..0x14].copy_from_slice(&183u16.to_le_bytes());
-        assert_eq!(machine(&arm)?, 183);
+        arm[0x12..0x14].copy_from_slice(&EM_AARCH64.to_le_bytes());
+        assert_eq!(machine(&arm)?, EM_AARCH64);
         Ok(())
     }
 

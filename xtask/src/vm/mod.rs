@@ -240,7 +240,7 @@ pub fn run(workspace: &Path, guest: impl Into<Guest>, cmd: &[String]) -> Result<
         );
     }
     let workspace = canonical_workspace(workspace)?;
-    check_program_arch(guest.arch, &cmd[0])?;
+    check_program_arch(guest.arch, &cmd[0], &workspace)?;
     let tools = Tools::find(guest.arch)?;
     let timeout = timeout_from_env()?;
     remove_stale_run_dirs(&kernel::vm_dir(&workspace));
@@ -305,20 +305,26 @@ pub fn run(workspace: &Path, guest: impl Into<Guest>, cmd: &[String]) -> Result<
     }
 }
 
-/// Refuses (exit 2) a program given by path that is an ELF file for the
+/// Refuses (exit 2) a program of the workspace that is an ELF file for the
 /// other architecture: the guest could only say "Exec format error".
-/// Commands found on the guest's PATH are the guest root's own.
-fn check_program_arch(arch: Arch, program: &str) -> Result<()> {
-    let path = Path::new(program);
-    if !path.is_absolute() && !program.contains('/') {
+/// Only the workspace is the same files on both sides; on arm64 any other
+/// path, and a command found on PATH, is the guest root's own.
+fn check_program_arch(arch: Arch, program: &str, workspace: &Path) -> Result<()> {
+    if !program.contains('/') {
         return Ok(());
     }
-    let Ok(bytes) = std::fs::read(path) else {
+    let Ok(path) = std::path::absolute(program) else {
+        return Ok(());
+    };
+    if !path.starts_with(workspace) {
+        return Ok(());
+    }
+    let Ok(bytes) = std::fs::read(&path) else {
         return Ok(());
     };
     let (want, build) = match arch {
-        Arch::X86_64 => (62, "cargo xtask build"),
-        Arch::Arm64 => (183, "cargo xtask dist --target aarch64"),
+        Arch::X86_64 => (elf::EM_X86_64, "cargo xtask build"),
+        Arch::Arm64 => (elf::EM_AARCH64, "cargo xtask dist --target aarch64"),
     };
     match elf::machine(&bytes) {
         Ok(machine) if machine != want => Err(crate::UsageError(format!(
@@ -493,6 +499,22 @@ fn owner_pid(name: &OsStr) -> Option<u32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_workspace_programs_of_the_other_architecture_are_refused() -> Result<()> {
+        // This test binary is an x86-64 program of the workspace.
+        let exe = std::env::current_exe()?;
+        let exe_s = exe.to_str().context("utf-8 path")?;
+        let workspace = exe.parent().context("a directory")?;
+        let refused = check_program_arch(Arch::Arm64, exe_s, workspace)
+            .expect_err("an x86-64 program for the arm64 guest");
+        assert!(refused.is::<crate::UsageError>(), "{refused:#}");
+        check_program_arch(Arch::X86_64, exe_s, workspace)?;
+        // Outside the workspace a path is the guest root's: not checked.
+        check_program_arch(Arch::Arm64, exe_s, Path::new("/nonexistent-workspace"))?;
+        check_program_arch(Arch::Arm64, "awk", workspace)?;
+        Ok(())
+    }
 
     #[test]
     fn owner_pid_reads_run_and_prepare_dirs() {
