@@ -99,11 +99,17 @@ pub fn build(root: &Path, target: Target) -> Result<Artifacts> {
             .with_context(|| format!("cannot clear {}", staging.display()))?;
     }
     let files = package::Files::read(root)?;
-    let ipk = package::write_ipk(&staging, &dist, &binary, &files, target, version, epoch)?;
-    let openwrt_tarball =
-        package::write_openwrt_tarball(&staging, &dist, &binary, &files, target, version, epoch)?;
-    let linux_tarball =
-        package::write_linux_tarball(&staging, &dist, &binary, &files, target, version, epoch)?;
+    let package = package::Package {
+        staging: &staging,
+        dist: &dist,
+        binary: &binary,
+        files: &files,
+        target,
+        epoch,
+    };
+    let ipk = package.ipk()?;
+    let openwrt_tarball = package.openwrt_tarball()?;
+    let linux_tarball = package.linux_tarball()?;
     std::fs::remove_dir_all(&staging)
         .with_context(|| format!("cannot remove {}", staging.display()))?;
 

@@ -57,6 +57,21 @@ impl Files {
     }
 }
 
+/// What the archives are made of, and where they go.
+#[derive(Clone, Copy)]
+pub struct Package<'a> {
+    /// An empty-or-absent folder for the archives' trees.
+    pub staging: &'a Path,
+    /// Where the archives go.
+    pub dist: &'a Path,
+    /// The stripped static binary.
+    pub binary: &'a Path,
+    pub files: &'a Files,
+    pub target: Target,
+    /// Seconds since 1970 for every file's time: the last commit's.
+    pub epoch: u64,
+}
+
 /// The workspace's version (xtask shares it).
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
@@ -137,63 +152,104 @@ const PRERM: &str = "#!/bin/sh\n\
 /etc/init.d/shaper disable\n\
 exit 0\n";
 
-/// Writes the `.ipk`; returns its path.
-pub fn write_ipk(
-    staging: &Path,
-    dist: &Path,
-    binary: &Path,
-    files: &Files,
-    target: Target,
-    version: &str,
-    epoch: u64,
-) -> Result<PathBuf> {
-    let base = staging.join("ipk");
-    let data = base.join("data");
-    openwrt_tree(&data, binary, files)?;
-    let installed_size = tree_size(&data)?;
-    let ctrl = base.join("control");
-    place(
-        &ctrl,
-        "control",
-        0o644,
-        Source::Text(&control(target, version, installed_size)),
-    )?;
-    place(
-        &ctrl,
-        "conffiles",
-        0o644,
-        Source::Text("/etc/config/shaper\n"),
-    )?;
-    place(&ctrl, "postinst", 0o755, Source::Text(POSTINST))?;
-    place(&ctrl, "prerm", 0o755, Source::Text(PRERM))?;
-    let outer = base.join("outer");
-    place(&outer, "debian-binary", 0o644, Source::Text("2.0\n"))?;
-    tar_gz(&data, &["."], &outer.join("data.tar.gz"), epoch)?;
-    tar_gz(&ctrl, &["."], &outer.join("control.tar.gz"), epoch)?;
-    let ipk = dist.join(format!(
-        "shaper_{version}-{PACKAGE_RELEASE}_{}.ipk",
-        target.openwrt_arch()
-    ));
-    tar_gz(
-        &outer,
-        &["./debian-binary", "./data.tar.gz", "./control.tar.gz"],
-        &ipk,
-        epoch,
-    )?;
-    check_members(
-        &ipk,
-        &["./debian-binary", "./data.tar.gz", "./control.tar.gz"],
-    )?;
-    check_members(
-        &outer.join("data.tar.gz"),
-        &[
-            "./usr/sbin/shaper",
-            "./etc/init.d/shaper",
-            "./etc/config/shaper",
-            "./etc/hotplug.d/iface/50-shaper",
-        ],
-    )?;
-    Ok(ipk)
+impl Package<'_> {
+    /// Writes the `.ipk`; returns its path.
+    pub fn ipk(&self) -> Result<PathBuf> {
+        let base = self.staging.join("ipk");
+        let data = base.join("data");
+        openwrt_tree(&data, self.binary, self.files)?;
+        let installed_size = tree_size(&data)?;
+        let ctrl = base.join("control");
+        let control = control(self.target, VERSION, installed_size);
+        place(&ctrl, "control", 0o644, Source::Text(&control))?;
+        let conffiles = Source::Text("/etc/config/shaper\n");
+        place(&ctrl, "conffiles", 0o644, conffiles)?;
+        place(&ctrl, "postinst", 0o755, Source::Text(POSTINST))?;
+        place(&ctrl, "prerm", 0o755, Source::Text(PRERM))?;
+        let outer = base.join("outer");
+        place(&outer, "debian-binary", 0o644, Source::Text("2.0\n"))?;
+        tar_gz(&data, &["."], &outer.join("data.tar.gz"), self.epoch)?;
+        tar_gz(&ctrl, &["."], &outer.join("control.tar.gz"), self.epoch)?;
+        check_members(
+            &outer.join("data.tar.gz"),
+            &[
+                "./usr/sbin/shaper",
+                "./etc/init.d/shaper",
+                "./etc/config/shaper",
+                "./etc/hotplug.d/iface/50-shaper",
+            ],
+        )?;
+        let ipk = self.dist.join(format!(
+            "shaper_{VERSION}-{PACKAGE_RELEASE}_{}.ipk",
+            self.target.openwrt_arch()
+        ));
+        let members = ["./debian-binary", "./data.tar.gz", "./control.tar.gz"];
+        tar_gz(&outer, &members, &ipk, self.epoch)?;
+        check_members(&ipk, &members)?;
+        Ok(ipk)
+    }
+
+    /// Writes the OpenWrt tree with its install steps; returns its path.
+    pub fn openwrt_tarball(&self) -> Result<PathBuf> {
+        let name = format!(
+            "shaper-{VERSION}-openwrt-{}.tar.gz",
+            self.target.openwrt_arch()
+        );
+        self.tarball(
+            "openwrt",
+            &name,
+            &["INSTALL", "root/usr/sbin/shaper"],
+            |top| {
+                openwrt_tree(&top.join("root"), self.binary, self.files)?;
+                let install = openwrt_install_text(self.target, VERSION);
+                place(top, "INSTALL", 0o644, Source::Text(&install))
+            },
+        )
+    }
+
+    /// Writes the tarball for Debian-like routers; returns its path.
+    pub fn linux_tarball(&self) -> Result<PathBuf> {
+        let name = format!("shaper-{VERSION}-linux-{}.tar.gz", self.target.name());
+        let members = ["shaper", "shaper@.service", "shaper.conf"];
+        self.tarball("linux", &name, &members, |top| {
+            let files = self.files;
+            place(top, "shaper", 0o755, Source::Copy(self.binary))?;
+            place(
+                top,
+                "shaper@.service",
+                0o644,
+                Source::Text(&files.systemd_unit),
+            )?;
+            place(
+                top,
+                "shaper.conf",
+                0o644,
+                Source::Text(&files.simple_config),
+            )?;
+            let install = linux_install_text(VERSION);
+            place(top, "INSTALL", 0o644, Source::Text(&install))
+        })
+    }
+
+    /// `dist/name`: a tarball of one folder `shaper-<version>`, which `fill`
+    /// writes (staged under `kind`), checked to hold `members` (paths in
+    /// that folder).
+    fn tarball(
+        &self,
+        kind: &str,
+        name: &str,
+        members: &[&str],
+        fill: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<PathBuf> {
+        let top = format!("shaper-{VERSION}");
+        let base = self.staging.join(kind);
+        fill(&base.join(&top))?;
+        let out = self.dist.join(name);
+        tar_gz(&base, &[&top], &out, self.epoch)?;
+        let wanted: Vec<String> = members.iter().map(|m| format!("{top}/{m}")).collect();
+        check_members(&out, &wanted.iter().map(String::as_str).collect::<Vec<_>>())?;
+        Ok(out)
+    }
 }
 
 /// Install steps for OpenWrt releases that use apk, shipped in their tarball.
@@ -217,40 +273,6 @@ fn openwrt_install_text(target: Target, version: &str) -> String {
     )
 }
 
-/// Writes the OpenWrt tree with its install steps; returns its path.
-pub fn write_openwrt_tarball(
-    staging: &Path,
-    dist: &Path,
-    binary: &Path,
-    files: &Files,
-    target: Target,
-    version: &str,
-    epoch: u64,
-) -> Result<PathBuf> {
-    let top = format!("shaper-{version}");
-    let base = staging.join("openwrt");
-    openwrt_tree(&base.join(&top).join("root"), binary, files)?;
-    place(
-        &base.join(&top),
-        "INSTALL",
-        0o644,
-        Source::Text(&openwrt_install_text(target, version)),
-    )?;
-    let out = dist.join(format!(
-        "shaper-{version}-openwrt-{}.tar.gz",
-        target.openwrt_arch()
-    ));
-    tar_gz(&base, &[&top], &out, epoch)?;
-    check_members(
-        &out,
-        &[
-            &format!("{top}/INSTALL"),
-            &format!("{top}/root/usr/sbin/shaper"),
-        ],
-    )?;
-    Ok(out)
-}
-
 /// Install steps for Debian-like routers.
 fn linux_install_text(version: &str) -> String {
     format!(
@@ -266,51 +288,6 @@ fn linux_install_text(version: &str) -> String {
          The kernel needs sch_fq and cls_bpf (and ifb for the default download\n\
          mode); the tracer alone needs BTF.\n"
     )
-}
-
-/// Writes the tarball for Debian-like routers; returns its path.
-pub fn write_linux_tarball(
-    staging: &Path,
-    dist: &Path,
-    binary: &Path,
-    files: &Files,
-    target: Target,
-    version: &str,
-    epoch: u64,
-) -> Result<PathBuf> {
-    let top = format!("shaper-{version}");
-    let base = staging.join("linux");
-    let dir = base.join(&top);
-    place(&dir, "shaper", 0o755, Source::Copy(binary))?;
-    place(
-        &dir,
-        "shaper@.service",
-        0o644,
-        Source::Text(&files.systemd_unit),
-    )?;
-    place(
-        &dir,
-        "shaper.conf",
-        0o644,
-        Source::Text(&files.simple_config),
-    )?;
-    place(
-        &dir,
-        "INSTALL",
-        0o644,
-        Source::Text(&linux_install_text(version)),
-    )?;
-    let out = dist.join(format!("shaper-{version}-linux-{}.tar.gz", target.name()));
-    tar_gz(&base, &[&top], &out, epoch)?;
-    check_members(
-        &out,
-        &[
-            &format!("{top}/shaper"),
-            &format!("{top}/shaper@.service"),
-            &format!("{top}/shaper.conf"),
-        ],
-    )?;
-    Ok(out)
 }
 
 /// The bytes of every file under `dir`.
