@@ -77,10 +77,11 @@ impl Target {
         }
     }
 
-    /// The cross linker, if the host (x86-64) needs one.
-    fn linker(self) -> Option<&'static str> {
+    /// The cross linker, if the host (x86-64) needs one, and its Debian
+    /// package.
+    fn linker(self) -> Option<(&'static str, &'static str)> {
         match self {
-            Target::Aarch64 => Some("aarch64-linux-gnu-gcc"),
+            Target::Aarch64 => Some(("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu")),
             Target::X86_64 => None,
         }
     }
@@ -105,51 +106,36 @@ pub fn ensure_tools(target: Target) -> Result<()> {
     // The BPF object may come from rustup's nightly instead; the cross
     // builds always use Debian's compiler.
     toolchain::debian_route()?;
-    let version = rustc_web_version()?;
+    let version = installed_version("rustc-web")
+        .context("Debian's rustc-web is not installed: run `cargo xtask setup`")?;
     let arch = target.debian_arch();
-    if target.linker().is_some() {
+    let mut missing = Vec::new();
+    if let Some((_, gcc)) = target.linker() {
         add_foreign_arch(arch)?;
+        missing.extend(
+            toolchain::dpkg_missing(&[gcc])
+                .into_iter()
+                .map(str::to_owned),
+        );
     }
     let std = format!("libstd-rust-web-dev:{arch}");
-    let mut missing = Vec::new();
-    if installed_versions(std::slice::from_ref(&std))[0].as_deref() != Some(version.as_str()) {
+    if installed_version(&std).as_deref() != Some(version.as_str()) {
         missing.push(format!("{std}={version}"));
-    }
-    if let Some(gcc) = target
-        .linker()
-        .map(|l| format!("gcc-{}", l.trim_end_matches("-gcc")))
-        && installed_versions(std::slice::from_ref(&gcc))[0].is_none()
-    {
-        missing.push(gcc);
     }
     toolchain::apt_install(&missing)
 }
 
-/// The installed `rustc-web` version (the target library must equal it).
-fn rustc_web_version() -> Result<String> {
-    installed_versions(&["rustc-web".to_owned()])
-        .into_iter()
-        .next()
+/// The installed version of `package`, `None` when it is not installed.
+fn installed_version(package: &str) -> Option<String> {
+    let out = Command::new("dpkg-query")
+        .args(["-W", "-f", "${db:Status-Abbrev} ${Version}\n", package])
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().next()?;
+    line.starts_with("ii ")
+        .then(|| line.split_whitespace().nth(1).map(str::to_owned))
         .flatten()
-        .context("Debian's rustc-web is not installed: run `cargo xtask setup`")
-}
-
-/// Each package's installed version, `None` when it is not installed.
-fn installed_versions(packages: &[String]) -> Vec<Option<String>> {
-    packages
-        .iter()
-        .map(|p| {
-            let out = Command::new("dpkg-query")
-                .args(["-W", "-f", "${db:Status-Abbrev} ${Version}\n", p])
-                .output()
-                .ok()?;
-            let text = String::from_utf8_lossy(&out.stdout);
-            let line = text.lines().next()?;
-            line.starts_with("ii ")
-                .then(|| line.split_whitespace().nth(1).map(str::to_owned))
-                .flatten()
-        })
-        .collect()
 }
 
 /// `dpkg --add-architecture ARCH` and a package list refresh, once.
@@ -191,7 +177,7 @@ fn cargo(root: &Path, object: &Path, target: Target) -> Command {
         )
         .env_remove("RUSTUP_TOOLCHAIN")
         .env_remove("CARGO_TARGET_DIR");
-    if let Some(linker) = target.linker() {
+    if let Some((linker, _)) = target.linker() {
         c.env(format!("CARGO_TARGET_{triple}_LINKER"), linker);
     }
     c

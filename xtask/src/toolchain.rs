@@ -119,7 +119,8 @@ pub fn missing_packages<'a>(wanted: &[&'a str], dpkg_out: &str) -> Vec<&'a str> 
         .collect()
 }
 
-fn dpkg_missing<'a>(wanted: &[&'a str]) -> Vec<&'a str> {
+/// The packages of `wanted` that dpkg does not have installed.
+pub fn dpkg_missing<'a>(wanted: &[&'a str]) -> Vec<&'a str> {
     let out = Command::new("dpkg-query")
         .args(["-W", "-f", "${Package} ${db:Status-Abbrev}\n"])
         .args(wanted)
