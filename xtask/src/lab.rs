@@ -134,13 +134,13 @@ pub fn run_built(
     args: &[String],
 ) -> Result<i32> {
     let args = lab_args(root, args)?;
-    let kernel = force_vm.unwrap_or(vm::Kernel::V6_12.into());
+    let guest = force_vm.unwrap_or(vm::Kernel::V6_12.into());
     let in_vm = force_vm.is_some() || (!no_vm && !host_has_qdiscs());
     if in_vm {
         if force_vm.is_none() {
             eprintln!("xtask lab: this kernel lacks cake, fq, fq_codel or netem");
         }
-        eprintln!("xtask lab: running in the {} VM", kernel.name());
+        eprintln!("xtask lab: running in the {} VM", guest.name());
         let staging = root
             .join("target/vm-out")
             .join(format!("lab-{}", std::process::id()));
@@ -150,12 +150,12 @@ pub fn run_built(
         // The lab changes nothing outside the disposable guest, so a guest
         // that crashed under emulation (multi-threaded TCG occasionally
         // oopses in code the kernel is patching) is booted once more.
-        let code = match vm::run(root, kernel, &cmd) {
+        let code = match vm::run(root, guest, &cmd) {
             Err(e) if e.downcast_ref::<vm::GuestCrash>().is_some() => {
                 eprintln!(
                     "xtask lab: warning: {e:#}\nxtask lab: running the lab again in a new guest"
                 );
-                vm::run(root, kernel, &cmd)
+                vm::run(root, guest, &cmd)
             }
             other => other,
         }?;

@@ -104,9 +104,17 @@ pub struct Summary {
     pub upload_grade: &'static str,
 }
 
-/// CPU percent per Mbit/s of goodput, when both are known.
-fn per_mbps(busy_pct: Option<f64>, mbps: f64) -> Option<f64> {
-    busy_pct.filter(|_| mbps > 0.0).map(|b| b / mbps)
+impl Summary {
+    /// CPU percent per Mbit/s of goodput while the upload and the download
+    /// were measured, where both are known.
+    fn cpu_pct_per_mbps(&self) -> (Option<f64>, Option<f64>) {
+        let per =
+            |busy_pct: Option<f64>, mbps: f64| busy_pct.filter(|_| mbps > 0.0).map(|b| b / mbps);
+        (
+            per(self.cpu_busy_loaded_pct.0, self.up_mbps),
+            per(self.cpu_busy_loaded_pct.1, self.down_mbps),
+        )
+    }
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -195,8 +203,8 @@ impl Summary {
             "zero_idle_samples": self.zero_idle_samples,
             "cpu_busy_up_pct": self.cpu_busy_loaded_pct.0,
             "cpu_busy_down_pct": self.cpu_busy_loaded_pct.1,
-            "cpu_pct_per_mbps_up": per_mbps(self.cpu_busy_loaded_pct.0, self.up_mbps),
-            "cpu_pct_per_mbps_down": per_mbps(self.cpu_busy_loaded_pct.1, self.down_mbps),
+            "cpu_pct_per_mbps_up": self.cpu_pct_per_mbps().0,
+            "cpu_pct_per_mbps_down": self.cpu_pct_per_mbps().1,
             "retransmits": self.up_retransmits + self.down_retransmits,
             "up_retransmits": self.up_retransmits,
             "down_retransmits": self.down_retransmits,
@@ -386,28 +394,28 @@ fn cpu_per_mbps_table(m: &mut String, sums: &[Summary]) {
          Up_percent_per_Mbps | Up_vs_cake | Down_busy_percent | Down_percent_per_Mbps | \
          Down_vs_cake |\n|---|---:|---:|---:|---:|---:|---:|\n",
     );
-    let cake = sums.iter().find(|s| s.name == "cake");
+    let ratio = |mine: Option<f64>, theirs: Option<f64>| match (mine, theirs) {
+        (Some(a), Some(b)) if b > 0.0 => Some(a / b),
+        _ => None,
+    };
+    let (cake_up, cake_down) = sums
+        .iter()
+        .find(|s| s.name == "cake")
+        .map_or((None, None), Summary::cpu_pct_per_mbps);
     let fig =
         |v: Option<f64>, digits: usize| v.map_or("–".to_owned(), |x| format!("{x:.digits$}"));
     for s in sums {
-        let up = per_mbps(s.cpu_busy_loaded_pct.0, s.up_mbps);
-        let down = per_mbps(s.cpu_busy_loaded_pct.1, s.down_mbps);
-        let vs = |mine: Option<f64>, theirs: Option<f64>| match (mine, theirs) {
-            (Some(a), Some(b)) if b > 0.0 => Some(a / b),
-            _ => None,
-        };
-        let cake_up = cake.and_then(|c| per_mbps(c.cpu_busy_loaded_pct.0, c.up_mbps));
-        let cake_down = cake.and_then(|c| per_mbps(c.cpu_busy_loaded_pct.1, c.down_mbps));
+        let (up, down) = s.cpu_pct_per_mbps();
         let _ = writeln!(
             m,
             "| {} | {} | {} | {} | {} | {} | {} |",
             s.name,
             fig(s.cpu_busy_loaded_pct.0, 1),
             fig(up, 3),
-            fig(vs(up, cake_up), 2),
+            fig(ratio(up, cake_up), 2),
             fig(s.cpu_busy_loaded_pct.1, 1),
             fig(down, 3),
-            fig(vs(down, cake_down), 2),
+            fig(ratio(down, cake_down), 2),
         );
     }
 }
