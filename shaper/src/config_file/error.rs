@@ -178,3 +178,9 @@ pub enum ConfigFileError {
         name: String,
     },
 }
+
+/// The message for a quoted value that does not end on its line, in
+/// either format.
+pub(super) fn unterminated(quote: char) -> String {
+    format!("unterminated {quote}-quoted value: close it with {quote} on the same line")
+}

@@ -16,7 +16,10 @@
 
 use std::path::Path;
 
-use super::{Entry, RawSection, error::At, error::ConfigFileError};
+use super::{
+    Entry, RawSection,
+    error::{At, ConfigFileError, unterminated},
+};
 
 /// Parses `text` (from `path`, for the errors) into its sections.
 pub fn parse(path: &Path, text: &str) -> Result<Vec<RawSection>, ConfigFileError> {
@@ -101,9 +104,7 @@ fn value_of(v: &str) -> Result<String, String> {
             Some(_) => Err(format!(
                 "text after the quoted value `{v}`: put a comment after #"
             )),
-            None => Err(format!(
-                "unterminated {quote}-quoted value: close it with {quote} on the same line"
-            )),
+            None => Err(unterminated(quote)),
         };
     }
     let end = v

@@ -19,7 +19,10 @@
 
 use std::path::Path;
 
-use super::{Entry, RawSection, error::At, error::ConfigFileError};
+use super::{
+    Entry, RawSection,
+    error::{At, ConfigFileError, unterminated},
+};
 
 /// The only section type: one shaped interface.
 pub const SECTION_TYPE: &str = "interface";
@@ -136,10 +139,6 @@ fn words(line: &str) -> Result<Vec<String>, String> {
         }
         words.push(word);
     }
-}
-
-fn unterminated(quote: char) -> String {
-    format!("unterminated {quote}-quoted value: close it with {quote} on the same line")
 }
 
 #[cfg(test)]
