@@ -594,6 +594,33 @@ pub fn raise_would_idle(
         && b + ((mult_q16 * unpaced) >> EPOCH_SHIFT) < (mult_q16 * capacity) >> EPOCH_SHIFT
 }
 
+/// The feedback's multiplier `fb_q16` kept to at least half the one the
+/// packets get, `m_q16` (after [`bound_mult`]).
+///
+/// Why: while the committed flows' floor holds `m` up, the link is full and
+/// the feedback reads a ratio near 1 whatever its own value, so any fall it
+/// took while the link was short (a TCP flow's reduction, a host's slow
+/// start) stays. Over hosts it drifted to a sixth of the applied `m`, and
+/// when the floor let go (a host's flows committed less together) every
+/// flow was paced at six times its share for an epoch: the simulator's
+/// host join carried 41 ms of excess in 100 ms windows. Held within half,
+/// a floor that lets go takes the share down by at most half at once, and
+/// the feedback keeps the room below `m` that it needs over hosts to hand a
+/// host's unused share to its other flows (held within a quarter, hosts
+/// of 1, 4 and 16 flows left 7% of the link idle). `docs/pacer.md` ("Host
+/// isolation") has the measurements.
+///
+/// Over hosts only ([`Level::HOSTS`]). Over flows `m` stays at least 1.0,
+/// and a floor raised by short transfers in slow start must fall back at
+/// once: held, the feedback would give back over several epochs what the
+/// floor took from a bulk flow beside them (step 5 of the method in
+/// `docs/pacer.md`).
+#[inline(always)]
+pub fn hold_feedback(fb_q16: u64, m_q16: u64) -> u64 {
+    let least = m_q16 - (m_q16 >> 1);
+    if fb_q16 < least { least } else { fb_q16 }
+}
+
 /// The multiplier within its bounds: at most `cap_q16` ([`mult_cap`]), and
 /// at least `floor_q16`, the committed flows ([`crate::committed`]) scaled
 /// to the tin's capacity, where that is below the cap: with `b` flows each
@@ -617,6 +644,9 @@ pub struct Level {
     /// Floor the multiplier by the committed flows *and* the traffic passed
     /// unpaced ([`unpaced_floor`]).
     pub unpaced_floor: bool,
+    /// Keep the feedback's multiplier to at least half the applied one
+    /// ([`hold_feedback`]).
+    pub hold_feedback: bool,
 }
 
 impl Level {
@@ -624,6 +654,7 @@ impl Level {
     pub const FLOWS: Level = Level {
         mult_min_q16: MULT_ONE,
         unpaced_floor: false,
+        hold_feedback: false,
     };
     /// The water level over hosts: `m` as low as 1/1024, where one flow
     /// of a host with the most bulk flows a host's count holds takes the
@@ -631,6 +662,7 @@ impl Level {
     pub const HOSTS: Level = Level {
         mult_min_q16: MULT_ONE >> 10,
         unpaced_floor: true,
+        hold_feedback: true,
     };
 }
 

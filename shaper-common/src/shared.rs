@@ -32,8 +32,8 @@ use crate::{
     fair::{
         CodelClock, EPOCH_RING, EPOCH_SHIFT, FairParams, FairState, Level, MULT_ONE, Packet,
         Verdict, average_scheduled, backlogged_reference, bound_mult, count_active,
-        count_backlogged, decay_reference, decide, join_mult, mult_cap, raise_would_idle,
-        roll_active, slots_to_clear, unpaced_floor, update_mult, window_ends,
+        count_backlogged, decay_reference, decide, hold_feedback, join_mult, mult_cap,
+        raise_would_idle, roll_active, slots_to_clear, unpaced_floor, update_mult, window_ends,
     },
     flow::FlowEntry,
     police::{LinkState, Policed, n_active, police_link},
@@ -254,7 +254,7 @@ pub fn roll_epoch<S: Shared, T: TinTable, const COMMITTED: bool>(
         }
     }
     let cap = scale_mult(mult_cap(last, active), cap_scale);
-    s.store(Field::MultFeedback, if m > cap { cap } else { m });
+    let fb = if m > cap { cap } else { m };
     let floor = scale_mult(committed, floor_scale);
     let floor = if level.unpaced_floor {
         unpaced_floor(floor, unpaced_ns)
@@ -262,6 +262,12 @@ pub fn roll_epoch<S: Shared, T: TinTable, const COMMITTED: bool>(
         floor
     };
     let m = bound_mult(m, cap, floor);
+    let fb = if level.hold_feedback {
+        hold_feedback(fb, m)
+    } else {
+        fb
+    };
+    s.store(Field::MultFeedback, fb);
     s.store(Field::ScheduledAvg, avg);
     s.store(Field::Mult, m);
     s.store(Field::CapScale, cap_scale);

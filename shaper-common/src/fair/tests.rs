@@ -548,3 +548,45 @@ fn the_unpaced_floor_leaves_the_committed_what_the_unpaced_traffic_leaves() {
     // The extremes do not overflow.
     assert_eq!(unpaced_floor(u64::MAX, u64::MAX), 4 << 40);
 }
+
+#[test]
+fn over_hosts_the_feedback_is_held_to_half_the_multiplier_the_floor_holds_up() {
+    assert_eq!(hold_feedback(MULT_ONE, 6 * MULT_ONE), 3 * MULT_ONE);
+    assert_eq!(hold_feedback(5 * MULT_ONE, 6 * MULT_ONE), 5 * MULT_ONE);
+    // An odd multiplier rounds the half up: never below half.
+    assert_eq!(hold_feedback(0, 7), 4);
+    // In the roll over hosts: six committed hosts hold m at 6 while the
+    // feedback sits at 1 with the link full. The roll lifts the feedback to
+    // 3, so when the floor lets go the share at most doubles. Over flows the
+    // feedback stays where it was.
+    let e = 10u64;
+    let slot = e << (EPOCH_SHIFT - CLOCK_SLOT_SHIFT);
+    let mut st = FairState {
+        epoch: e,
+        mult_q16: 6 * MULT_ONE,
+        mult_feedback_q16: MULT_ONE,
+        scheduled_avg_ns: EPOCH_NS,
+        clock_slot: slot,
+        committed: 6 * WEIGHT_ONE,
+        active_now: 8,
+        ..FairState::default()
+    };
+    st.clock_counts[committed::slot_index(slot + 3 * committed::SLOTS_PER_EPOCH)] = 6 * WEIGHT_ONE;
+    st.scheduled_ns[(e % EPOCH_RING as u64) as usize] = EPOCH_NS;
+    let mut over_flows = st;
+    let roll = |st: &mut FairState, level| {
+        crate::shared::roll_epoch::<_, _, true>(
+            st,
+            &mut crate::tins::TinState::default(),
+            0,
+            e + 1,
+            level,
+        )
+    };
+    roll(&mut st, Level::HOSTS);
+    assert_eq!(st.mult_q16, 6 * MULT_ONE);
+    assert_eq!(st.mult_feedback_q16, 3 * MULT_ONE);
+    roll(&mut over_flows, Level::FLOWS);
+    assert_eq!(over_flows.mult_q16, 6 * MULT_ONE);
+    assert_eq!(over_flows.mult_feedback_q16, MULT_ONE);
+}
