@@ -599,22 +599,20 @@ pub fn raise_would_idle(
 ///
 /// Why: while the committed flows' floor holds `m` up, the link is full and
 /// the feedback reads a ratio near 1 whatever its own value, so any fall it
-/// took while the link was short (a TCP flow's reduction, a host's slow
-/// start) stays. Over hosts it drifted to a sixth of the applied `m`, and
-/// when the floor let go (a host's flows committed less together) every
-/// flow was paced at six times its share for an epoch: the simulator's
-/// host join carried 41 ms of excess in 100 ms windows. Held within half,
-/// a floor that lets go takes the share down by at most half at once, and
-/// the feedback keeps the room below `m` that it needs over hosts to hand a
-/// host's unused share to its other flows (held within a quarter, hosts
-/// of 1, 4 and 16 flows left 7% of the link idle). `docs/pacer.md` ("Host
-/// isolation") has the measurements.
-///
-/// Over hosts only ([`Level::HOSTS`]). Over flows `m` stays at least 1.0,
-/// and a floor raised by short transfers in slow start must fall back at
-/// once: held, the feedback would give back over several epochs what the
-/// floor took from a bulk flow beside them (step 5 of the method in
-/// `docs/pacer.md`).
+/// took while the link was short (a TCP flow's reduction, a slow start)
+/// stays. Over hosts it drifted to a sixth of the applied `m`, and when the
+/// floor let go (a host's flows committed less together) every flow was
+/// paced at six times its share for an epoch: the simulator's host join
+/// carried 41 ms of excess in 100 ms windows. Over flows, once the join
+/// step stopped at equal shares ([`join_mult`]) and no longer lifted the
+/// feedback, the same fall took `m` from 8 to 1.7 in the VM and filled the
+/// emulated DSL link's FIFO (ping p99 100 ms against CAKE's 29). Held
+/// within half, a floor that lets go takes the share down
+/// by at most half at once, and the feedback keeps the room below `m` that
+/// it needs over hosts to hand a host's unused share to its other flows
+/// (held within a quarter, hosts of 1, 4 and 16 flows left 7% of the link
+/// idle). `docs/pacer.md` (method, step 5, and "Host isolation") has the
+/// measurements.
 #[inline(always)]
 pub fn hold_feedback(fb_q16: u64, m_q16: u64) -> u64 {
     let least = m_q16 - (m_q16 >> 1);
@@ -644,9 +642,6 @@ pub struct Level {
     /// Floor the multiplier by the committed flows *and* the traffic passed
     /// unpaced ([`unpaced_floor`]).
     pub unpaced_floor: bool,
-    /// Keep the feedback's multiplier to at least half the applied one
-    /// ([`hold_feedback`]).
-    pub hold_feedback: bool,
 }
 
 impl Level {
@@ -654,7 +649,6 @@ impl Level {
     pub const FLOWS: Level = Level {
         mult_min_q16: MULT_ONE,
         unpaced_floor: false,
-        hold_feedback: false,
     };
     /// The water level over hosts: `m` as low as 1/1024, where one flow
     /// of a host with the most bulk flows a host's count holds takes the
@@ -662,7 +656,6 @@ impl Level {
     pub const HOSTS: Level = Level {
         mult_min_q16: MULT_ONE >> 10,
         unpaced_floor: true,
-        hold_feedback: true,
     };
 }
 
@@ -742,7 +735,12 @@ pub fn backlogged_reference(decayed_q8: u64, n_last: u64, one_epoch: bool) -> u6
 /// the feedback needed ~100 ms after a flow joined, while the newcomer's
 /// slow start was stamped at the old share (the simulator's join case).
 /// Not beyond [`JOIN_MAX_FLOWS`]. The result is at most `cap_q16`
-/// ([`mult_cap`]).
+/// ([`mult_cap`]), and at most `n_now` (equal shares) unless `m` was
+/// already higher: a TCP flow that returns after a reduction long enough
+/// for the reference to decay counts as a join, and with `m` already at the
+/// flows' number the step took every share an eighth below the fair one
+/// (in the VM, 4 TCP flows beside 4 UDP streams: `m` 8.0 to 9.4, 7% of
+/// the link idle against CAKE's).
 #[inline(always)]
 pub fn join_mult(mult_q16: u64, n_now: u64, n_prev: u64, cap_q16: u64) -> u64 {
     let floor = if n_prev == 0 { 1 } else { n_prev };
@@ -756,6 +754,11 @@ pub fn join_mult(mult_q16: u64, n_now: u64, n_prev: u64, cap_q16: u64) -> u64 {
         return mult_q16;
     };
     let next = (mult_q16 * n_now * u64::from(recip)) >> 16;
+    // Not past equal shares: where `m` already gives the `n_now` flows no
+    // more than equal shares, the newcomer has its share.
+    let equal = n_now << 16;
+    let next = if next > equal { equal } else { next };
+    let next = if next < mult_q16 { mult_q16 } else { next };
     let next = if next > cap_q16 { cap_q16 } else { next };
     next.clamp(MULT_ONE, MULT_MAX - 1)
 }

@@ -262,12 +262,7 @@ pub fn roll_epoch<S: Shared, T: TinTable, const COMMITTED: bool>(
         floor
     };
     let m = bound_mult(m, cap, floor);
-    let fb = if level.hold_feedback {
-        hold_feedback(fb, m)
-    } else {
-        fb
-    };
-    s.store(Field::MultFeedback, fb);
+    s.store(Field::MultFeedback, hold_feedback(fb, m));
     s.store(Field::ScheduledAvg, avg);
     s.store(Field::Mult, m);
     s.store(Field::CapScale, cap_scale);

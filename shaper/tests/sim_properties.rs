@@ -261,9 +261,9 @@ fn work_conserving_alone_and_after_others_stop() {
     }
 
     // 4 flows, three stop at 10 s; the 10 ms one remains. The time the
-    // share takes depends on where the multiplier stood at the stop (up to
-    // a join step above the flows' number), so the bound is on the median
-    // of several seeds, with every seed within half as much again.
+    // share takes depends on where the multiplier stood at the stop (at or
+    // a little above the flows' number), so the bound is on the median of
+    // several seeds, with every seed within half as much again.
     let mut pacer_ms = Vec::new();
     for seed in 1..=LEAVE_SEEDS {
         let mut sc = Scenario::new(C50, 14 * SEC);
@@ -307,8 +307,11 @@ fn work_conserving_alone_and_after_others_stop() {
 
 /// Seeds of the leave case in [`work_conserving_alone_and_after_others_stop`].
 const LEAVE_SEEDS: u64 = 5;
-/// Their median time for the share to reach 0.9 C after the others stop.
-const LEAVE_MEDIAN_MS: u64 = 100;
+/// Their median time for the share to reach 0.9 C after the others stop:
+/// from `m` at the flows' number, 4, the feedback's largest step down
+/// (× 0.883 per epoch) needs 11 epochs to reach 1/0.9, 92 ms, and its
+/// average of the accepted time lags behind the stop by about two more.
+const LEAVE_MEDIAN_MS: u64 = 110;
 
 /// Property 4b: many flows keep to the rate. With 64 and 256 AIMD flows
 /// (20 ms RTT) and a ping at 50 Mbit/s, the link carries at most
