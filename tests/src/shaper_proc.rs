@@ -370,9 +370,12 @@ impl<'a> ShaperProc<'a> {
         p
     }
 
-    /// Waits until `status --json` shows the requested hooks attached,
-    /// asking it once `ready` (the run printed its ready line), and every
-    /// [`STATUS_FALLBACK`] before that.
+    /// Waits until the run printed its ready line (`ready`) and `status
+    /// --json` shows the requested hooks attached, asking it once `ready`
+    /// and every [`STATUS_FALLBACK`] before that. The ready line comes after
+    /// every attach step, the LAN side of `--nat` included, which status
+    /// alone cannot tell: a test that stopped the run on the egress hook
+    /// alone found the LAN classifier not yet attached.
     fn wait_shaping(&mut self, egress: bool, ingress: bool, ready: &AtomicBool) {
         let deadline = Instant::now() + ATTACH_TIMEOUT;
         let mut next_ask = Instant::now() + STATUS_FALLBACK;
@@ -385,9 +388,10 @@ impl<'a> ShaperProc<'a> {
         loop {
             if ready.load(Ordering::Relaxed) || Instant::now() >= next_ask {
                 next_ask = Instant::now() + STATUS_FALLBACK;
+                let printed_ready = ready.load(Ordering::Relaxed);
                 last = match try_status(self.ns, Some(&self.iface)) {
                     Ok(list) => match list.first() {
-                        Some(st) if attached(st) => return,
+                        Some(st) if attached(st) && printed_ready => return,
                         Some(st) => st.to_string(),
                         None => "not shaped yet".to_owned(),
                     },
