@@ -69,6 +69,7 @@ pub struct CodelState {
 }
 
 const _: () = assert!(core::mem::size_of::<CodelState>() == 32);
+const _: () = assert!(INV_SQRT_TABLE.len().is_power_of_two());
 
 /// `1/sqrt(count)` in Q0.32 for counts below 16, where one Newton step from
 /// the previous value is still coarse (COBALT caches the same range,
@@ -97,8 +98,13 @@ const INV_SQRT_TABLE: [u32; 16] = [
 /// Multiplications and shifts only.
 #[inline(always)]
 pub fn newton_step(count: u32, y: u32) -> u32 {
+    // The table is read by a masked index before the bound is tested: a
+    // compiler may test a copy of the index and read with a spilled one,
+    // whose bound an older BPF verifier (6.1) does not carry over.
+    const MASK: usize = INV_SQRT_TABLE.len() - 1;
+    let from_table = INV_SQRT_TABLE[count as usize & MASK];
     if (count as usize) < INV_SQRT_TABLE.len() {
-        return INV_SQRT_TABLE[count as usize];
+        return from_table;
     }
     let y = u64::from(y);
     // y^2 in Q0.32: below 2^64 since y < 2^32.
