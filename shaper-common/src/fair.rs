@@ -615,8 +615,25 @@ pub fn raise_would_idle(
 /// measurements.
 #[inline(always)]
 pub fn hold_feedback(fb_q16: u64, m_q16: u64) -> u64 {
-    let least = m_q16 - (m_q16 >> 1);
-    if fb_q16 < least { least } else { fb_q16 }
+    max_flat(fb_q16, m_q16 - (m_q16 >> 1))
+}
+
+/// The larger of `a` and `b`, both below 2^63, by arithmetic: no branch
+/// for the BPF verifier to walk twice.
+#[inline(always)]
+pub fn max_flat(a: u64, b: u64) -> u64 {
+    let d = b.wrapping_sub(a);
+    // All ones where `b < a`.
+    let b_less = ((d as i64) >> 63) as u64;
+    a.wrapping_add(d & !b_less)
+}
+
+/// The smaller of `a` and `b`, both below 2^63, by arithmetic.
+#[inline(always)]
+pub fn min_flat(a: u64, b: u64) -> u64 {
+    let d = b.wrapping_sub(a);
+    let b_less = ((d as i64) >> 63) as u64;
+    a.wrapping_add(d & b_less)
 }
 
 /// The multiplier within its bounds: at most `cap_q16` ([`mult_cap`]), and
@@ -756,9 +773,7 @@ pub fn join_mult(mult_q16: u64, n_now: u64, n_prev: u64, cap_q16: u64) -> u64 {
     let next = (mult_q16 * n_now * u64::from(recip)) >> 16;
     // Not past equal shares: where `m` already gives the `n_now` flows no
     // more than equal shares, the newcomer has its share.
-    let equal = n_now << 16;
-    let next = if next > equal { equal } else { next };
-    let next = if next < mult_q16 { mult_q16 } else { next };
+    let next = max_flat(min_flat(next, n_now << 16), mult_q16);
     let next = if next > cap_q16 { cap_q16 } else { next };
     next.clamp(MULT_ONE, MULT_MAX - 1)
 }

@@ -32,7 +32,7 @@ use crate::{
     fair::{
         CodelClock, EPOCH_RING, EPOCH_SHIFT, FairParams, FairState, Level, MULT_ONE, Packet,
         Verdict, average_scheduled, backlogged_reference, bound_mult, count_active,
-        count_backlogged, decay_reference, decide, hold_feedback, join_mult, mult_cap,
+        count_backlogged, decay_reference, decide, hold_feedback, join_mult, min_flat, mult_cap,
         raise_would_idle, roll_active, slots_to_clear, unpaced_floor, update_mult, window_ends,
     },
     flow::FlowEntry,
@@ -254,7 +254,7 @@ pub fn roll_epoch<S: Shared, T: TinTable, const COMMITTED: bool>(
         }
     }
     let cap = scale_mult(mult_cap(last, active), cap_scale);
-    let fb = if m > cap { cap } else { m };
+    let fb = min_flat(m, cap);
     let floor = scale_mult(committed, floor_scale);
     let floor = if level.unpaced_floor {
         unpaced_floor(floor, unpaced_ns)
@@ -420,7 +420,8 @@ pub fn join<S: Shared>(s: &mut S, mult_q16: u64) {
         mult_cap(s.load(Field::ActiveLast), s.load(Field::ActiveNow)),
         scale,
     );
-    let m = join_mult(mult_q16, n_now, n_ref, cap);
+    // Veiled: the step's clamps end in one verifier state.
+    let m = s.opaque(join_mult(mult_q16, n_now, n_ref, cap));
     if m != mult_q16 {
         s.store(Field::Mult, m);
         s.store(Field::MultFeedback, m);
