@@ -21,14 +21,17 @@
 //! Bars: on ATM, where framing matters most, the shaper with no framing
 //! must bloat the link on this traffic, its ping p99 at least
 //! [`BLOAT_FACTOR`] × the matched run's, so a framing that did nothing
-//! fails. Beside it, for every link, the comparison with CAKE is printed:
-//! the matched shaper's p99 against [`P99_OF_CAKES`] × CAKE's, and its
-//! goodput (every flow's together) against CAKE's less
-//! [`GOODPUT_SLACK`]. Those are not held: over repeated runs the matched
-//! shaper's p99 on ATM ranged 22.5–32.5 ms against CAKE's 22.6–26.1, its
-//! goodput trailed CAKE's on ATM and ran above it on PTM and Ethernet
-//! (`docs/pacer.md`, "Link-layer framing"). A case that misses is
-//! measured once more; two misses fail.
+//! fails; and the matched shaper's goodput (every flow's together) must
+//! reach CAKE's less [`GOODPUT_SLACK`], which it missed by 0.02–0.04 while
+//! the pacer's join step could take its multiplier past the flows' number.
+//! The rest is printed, not held: the matched shaper's p99 against
+//! [`P99_OF_CAKES`] × CAKE's on every link, and its goodput on PTM and
+//! Ethernet. There the shaper's goodput sits at the fair shares' figure
+//! run after run while CAKE's own moves by more than the slack (on PTM
+//! 0.712–0.793 over five runs), and the shaper's p99 missed its bar on
+//! PTM once and on Ethernet once in four runs (`docs/pacer.md`,
+//! "Link-layer framing"). A case that misses is measured once more; two
+//! misses fail.
 //!
 //! Needs sch_fq, sch_cake, sch_netem and sch_tbf (the VM's kernels);
 //! elsewhere it skips with a reason, and under
@@ -54,8 +57,8 @@ const GOODPUT_SLACK: f64 = 0.02;
 /// run's.
 const BLOAT_FACTOR: f64 = 3.0;
 
-/// The links whose bloat bar holds (see the module header).
-const BLOAT_HELD: [&str; 1] = ["atm"];
+/// The links whose bloat bar and goodput bar hold (see the module header).
+const HELD: [&str; 1] = ["atm"];
 
 /// Runs the traffic under `state`: the ping p99 (ms) and every flow's
 /// goodput together as a part of the shaping rate.
@@ -70,23 +73,23 @@ fn run(tb: &Testbed, state: State) -> (f64, f64, RunResult) {
 
 fn case(c: &LinkCase) -> Verdict {
     let tb = vs_cake::testbed(overhead::testbed_options(c));
-    let hold_bloat = BLOAT_HELD.contains(&c.name);
+    let hold = HELD.contains(&c.name);
     let round = || {
         let [(_, cake), (_, matched), (_, raw)] = overhead::states(c, &shaper_bin());
         let (cp99, cgood, _) = run(&tb, cake);
         let (p99, good, _) = run(&tb, matched);
         let (raw_p99, raw_good, _) = run(&tb, raw);
-        let held = if hold_bloat { "needs" } else { "not held:" };
+        let held = if hold { "needs" } else { "not held:" };
         let (p99_bar, good_bar, bloat_bar) = (
             P99_OF_CAKES * cp99,
             cgood - GOODPUT_SLACK,
             BLOAT_FACTOR * p99,
         );
         verdict(
-            !hold_bloat || raw_p99 >= bloat_bar,
+            !hold || (raw_p99 >= bloat_bar && good >= good_bar),
             format!(
                 "{}: shaper {} ping p99 {p99:.1} ms (not held: ≤ {p99_bar:.1}), goodput {good:.3} \
-                 (not held: ≥ {good_bar:.3}); CAKE {} p99 {cp99:.1} ms, goodput {cgood:.3}; shaper \
+                 ({held} ≥ {good_bar:.3}); CAKE {} p99 {cp99:.1} ms, goodput {cgood:.3}; shaper \
                  without framing p99 {raw_p99:.1} ms ({held} ≥ {bloat_bar:.1}), goodput \
                  {raw_good:.3}",
                 c.name,
