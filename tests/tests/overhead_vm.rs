@@ -29,7 +29,7 @@
 //! Ethernet. There the shaper's goodput sits at the fair shares' figure
 //! run after run while CAKE's own moves by more than the slack (on PTM
 //! 0.712–0.793 over five runs), and the shaper's p99 missed its bar on
-//! PTM once and on Ethernet once in four runs (`docs/pacer.md`,
+//! PTM once and on Ethernet once in five runs (`docs/pacer.md`,
 //! "Link-layer framing"). A case that misses is measured once more; two
 //! misses fail.
 //!

@@ -48,9 +48,22 @@ const RAW_TRACEPOINTS: &[(&str, &str)] = &[
     ("trace_net_dev_start_xmit", "net_dev_start_xmit"),
 ];
 
+/// The verifier's limit on the instructions it walks for one program.
+const VERIFIER_LIMIT: u32 = 1_000_000;
+
 fn attach_classifier(prog: &mut SchedClassifier, name: &str) {
     prog.load()
         .unwrap_or_else(|e| panic!("{name} failed to load: {e:#}"));
+    // The headroom each kernel leaves, in the tier's log: the verifier's
+    // walk is the limit the packet path's changes run into first.
+    match prog.info().map(|i| i.verified_instruction_count()) {
+        Ok(Some(n)) => eprintln!(
+            "{name}: {n} verified instructions, {:.1}% of the verifier's limit",
+            f64::from(n) * 100.0 / f64::from(VERIFIER_LIMIT)
+        ),
+        Ok(None) => eprintln!("{name}: the kernel does not report verified instructions"),
+        Err(e) => eprintln!("{name}: reading its info failed: {e}"),
+    }
     for hook in [TcAttachType::Egress, TcAttachType::Ingress] {
         let link = prog
             .attach("pl0", hook)
