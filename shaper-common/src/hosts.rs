@@ -40,6 +40,11 @@
 //! Units: nanoseconds of CLOCK_MONOTONIC, epochs, Q16 multipliers and
 //! weights.
 //!
+//! The policer ([`crate::police`]) has the same host level
+//! ([`police_flow_of_host`]): a flow's eligibility clock runs at its least
+//! share within its host, so the link's signals land on the flows of the
+//! hosts above their share.
+//!
 //! Non-goals: weights per host; the NAT lookup that gives a packet its host
 //! (the caller's).
 
@@ -50,6 +55,7 @@ use crate::{
         mark_once, period_mark, reciprocals_q16,
     },
     flow::{FlowEntry, FlowHasher, counted_flows, with_counted_flows},
+    police::{Action, LinkState, Policed, n_active, police_link_at},
     shared::{Field, Shared, join, move_clock},
 };
 
@@ -452,6 +458,76 @@ pub fn pace_flow_of_host<S: Shared, const COMMITTED: bool>(
         }
     }
     verdict
+}
+
+/// How far, in CoDel targets as a power of two, a flow's eligibility
+/// clock may run ahead of its least share before the policer over hosts
+/// signals it: four targets (20 ms at the defaults).
+///
+/// Why: over flows every flow's least share is the same, and a burst that
+/// makes one eligible makes any other so. Over hosts a lone flow's least
+/// share is many times its neighbours', and a window's packets arriving
+/// back to back put its clock a packet or two ahead at any rate: with no
+/// slack the link's signals fell on it at a fifth of the rate where half
+/// was its share. The slack also lets a lone flow's peak stand a little
+/// above its share, where a lone flow's sawtooth must peak to average it
+/// without a queue. Four targets held a host's lone download at its
+/// half, as CAKE holds it, where two left it short (`docs/ingress.md`,
+/// "Hosts under the policer", has the figures). It bounds what the flows
+/// together can run ahead of the rate to about four targets of it.
+pub const ELIGIBLE_SLACK_SHIFT: u32 = 2;
+
+/// The policer's step over hosts ([`crate::shared::police_step`] with a
+/// host level), after [`host_count`] gave the flow's weight `n`:
+/// - the flow's eligibility clock runs at the least share of a flow of its
+///   host, `C / (hosts × n)` with `hosts` the active hosts ([`n_active`]
+///   over hosts), and the flow is eligible for the link's signals beyond
+///   [`ELIGIBLE_SLACK_SHIFT`] ahead of it: they go to the flows of hosts
+///   above their share, never to a flow below its host's least share;
+/// - its fair clock (the overload rule's) runs at `m` times `n`
+///   ([`flow_mult`]), `m` kept over hosts with the floor of 1.0 the
+///   policer keeps over flows ([`crate::fair::Level::FLOWS`]);
+/// - a flow counts in its hosts' bulk flows once per window when its
+///   eligibility clock is ahead at all (it sends at its least share or
+///   above): under the policer that is what a queue is behind a pacer.
+///   Counting only the eligible flows shrank a host's count, which raised
+///   its flows' least share, which made fewer eligible: in the simulator
+///   the upstream FIFO then overflowed;
+/// - its host joins once per epoch when the flow is behind its fair
+///   clock, as a flow does over flows.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub fn police_flow_of_host<S: Shared>(
+    s: &mut S,
+    flow: &mut FlowEntry,
+    (host, peer): (&mut HostEntry, &mut HostEntry),
+    n: u64,
+    link: &mut LinkState,
+    pkt: &Packet,
+    epoch: u64,
+    mult_q16: u64,
+    p: &FairParams,
+) -> Policed {
+    let hosts = n_active(s.load(Field::ActiveLast), s.load(Field::ActiveNow));
+    // Veiled, as in `pace_flow_of_host`: each comes out of a clamp.
+    let m = s.opaque(flow_mult(mult_q16, n));
+    // Both factors are bounded (the active count by the cap's range, `n`
+    // by HOST_FLOWS_MAX), so the product fits.
+    let least = s.opaque(hosts.saturating_mul(n.clamp(1, HOST_FLOWS_MAX)));
+    // A shift, not a saturating product: one verifier state (targets are
+    // at most seconds, far below the shift's overflow).
+    let slack_ns = s.opaque(p.codel.target_ns << ELIGIBLE_SLACK_SHIFT);
+    let r = police_link_at(flow, link, pkt, m, least << 16, slack_ns, p);
+    if r.action != Action::Drop {
+        if r.ahead && mark_once(&mut flow.active_epoch, epoch >> ACTIVE_WINDOW_SHIFT) {
+            host.bulk_now = host.bulk_now.saturating_add(1);
+            peer.bulk_now = peer.bulk_now.saturating_add(1);
+        }
+        if r.virtual_delay_ns > 0 && mark_once(&mut host.backlog_epoch, epoch) {
+            join(s, mult_q16);
+        }
+    }
+    r
 }
 
 #[cfg(test)]

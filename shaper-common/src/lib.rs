@@ -94,6 +94,13 @@ pub const EGRESS_HOSTS_NAT_PROGRAM: &str = "shaper_egress_hosts_nat";
 /// Name of the ingress policer program (`police` mode) in the object file.
 pub const POLICE_PROGRAM: &str = "shaper_police";
 
+/// Name of the ingress policer with host isolation in the object file.
+pub const POLICE_HOSTS_PROGRAM: &str = "shaper_police_hosts";
+
+/// Name of the ingress policer with host isolation through masquerading
+/// (`--nat`, [`nat`]) in the object file.
+pub const POLICE_HOSTS_NAT_PROGRAM: &str = "shaper_police_hosts_nat";
+
 /// Name of the ingress program that redirects to the IFB (`ifb` mode).
 pub const REDIRECT_PROGRAM: &str = "shaper_redirect";
 

@@ -109,6 +109,10 @@ pub struct Policed {
     /// CoDel or the overload rule asked for a signal and the one-in-four
     /// cap withheld it.
     pub withheld: bool,
+    /// The flow's eligibility clock was ahead of now at all: it sends at
+    /// its least share or above, over the gap since its last packet;
+    /// always false under [`police`].
+    pub ahead: bool,
 }
 
 /// Packets passed since `flow`'s last signal, saturated.
@@ -150,6 +154,7 @@ pub fn police(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
             virtual_delay_ns,
             clamped,
             withheld: false,
+            ahead: false,
         };
     };
     if passed >= MIN_PASSED_BETWEEN_SIGNALS {
@@ -160,6 +165,7 @@ pub fn police(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
             virtual_delay_ns,
             clamped,
             withheld: false,
+            ahead: false,
         };
     }
     // Withheld: CoDel as before this packet, which passes and takes its
@@ -177,6 +183,7 @@ pub fn police(flow: &mut FlowEntry, pkt: &Packet, mult_q16: u64, p: &FairParams)
         virtual_delay_ns,
         clamped,
         withheld: true,
+        ahead: false,
     }
 }
 
@@ -213,6 +220,26 @@ pub fn police_link(
     n_active: u64,
     p: &FairParams,
 ) -> Policed {
+    let n = if n_active == 0 { 1 } else { n_active };
+    police_link_at(flow, link, pkt, mult_q16, n << 16, 0, p)
+}
+
+/// [`police_link`] with the least share given as the rate's divisor
+/// `least_q16` (Q16: the eligibility clock runs at `C / least`), and the
+/// eligibility clock allowed `slack_ns` ahead beyond one packet before the
+/// flow is eligible. [`police_link`] is this with `least` the active flows
+/// and no slack; the host level ([`crate::hosts::police_flow_of_host`])
+/// gives its own.
+#[inline(always)]
+pub fn police_link_at(
+    flow: &mut FlowEntry,
+    link: &mut LinkState,
+    pkt: &Packet,
+    mult_q16: u64,
+    least_q16: u64,
+    slack_ns: u64,
+    p: &FairParams,
+) -> Policed {
     let limit = pkt.now_ns.saturating_add(p.horizon_ns);
     if link.t_link_ns > limit {
         link.t_link_ns = limit;
@@ -227,10 +254,14 @@ pub fn police_link(
     let tx_fair = fair_tx_ns(pkt.tx_ns, mult_q16);
     // The eligibility clock, kept across decide (which resets the unused
     // CoDel fields).
-    let n = if n_active == 0 { 1 } else { n_active };
-    let tx_elig = fair_tx_ns(pkt.tx_ns, n << 16);
+    let tx_elig = fair_tx_ns(pkt.tx_ns, least_q16);
     let t_elig = flow.codel.first_above_ns;
-    let eligible = t_elig > pkt.now_ns.saturating_add(tx_elig);
+    // Without a branch (the sign of the difference: clocks lie within
+    // 2^63 ns of each other), so the verifier walks one state for both.
+    let ahead = pkt.now_ns.wrapping_sub(t_elig) >> 63;
+    // Both terms are far below 2^63 (a transmission time and a few
+    // targets), so the sum cannot overflow.
+    let eligible = t_elig > pkt.now_ns.saturating_add(tx_elig + slack_ns);
     // The flow's own CoDel is off (a target it never reaches): responsive
     // flows are signalled by the link's CoDel, one at a time. The overload
     // rule (a flow more than an interval behind its share) stays, for
@@ -348,6 +379,7 @@ pub fn police_link(
         virtual_delay_ns,
         clamped,
         withheld: wants && !allowed,
+        ahead: ahead != 0,
     }
 }
 

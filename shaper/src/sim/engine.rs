@@ -22,7 +22,7 @@ use shaper_common::tins::{MAX_TINS, TinState};
 
 use super::report::{Departure, FlowReport, SimReport, VerdictCounts};
 use super::rng::SplitMix64;
-use super::{Accounting, BULK_PACKET_BYTES, Mode, Scenario, SimError, Source};
+use super::{Accounting, BULK_PACKET_BYTES, Mode, PoliceRule, Scenario, SimError, Source};
 
 mod police;
 
@@ -149,6 +149,25 @@ struct Hosts {
     dst: BTreeMap<u32, HostEntry>,
 }
 
+impl Hosts {
+    /// The unit host of a flow between `src` and `dst` under `levels`, and
+    /// its other host with whether that one weighs the flow (the step's
+    /// `peer`).
+    fn pick(
+        &mut self,
+        (src, dst): (u32, u32),
+        levels: HostLevels,
+    ) -> (&mut HostEntry, (&mut HostEntry, u64)) {
+        let src = self.src.entry(src).or_default();
+        let dst = self.dst.entry(dst).or_default();
+        let (unit, other) = match levels.unit {
+            Side::Src => (src, dst),
+            Side::Dst => (dst, src),
+        };
+        (unit, (other, u64::from(levels.peer.is_some())))
+    }
+}
+
 /// Runs `sc` to its end and returns what happened. Deterministic: the same
 /// scenario (seed included) gives the same report.
 pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
@@ -158,7 +177,14 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
     for (i, f) in sc.flows.iter().enumerate() {
         validate(i, &f.source)?;
     }
-    if sc.isolation.levels(true).is_some() && sc.mode != Mode::Pace {
+    let per_flow_rule = matches!(
+        sc.mode,
+        Mode::Police {
+            rule: PoliceRule::PerFlow,
+            ..
+        }
+    );
+    if sc.isolation.levels(true).is_some() && per_flow_rule {
         return Err(SimError::IsolationPoliced(sc.isolation.keyword()));
     }
     let mut sim = Sim {
@@ -237,13 +263,7 @@ impl HostStep<'_> {
         (src, dst): (u32, u32),
         levels: HostLevels,
     ) -> Verdict {
-        let src = hosts.src.entry(src).or_default();
-        let dst = hosts.dst.entry(dst).or_default();
-        let (unit, other) = match levels.unit {
-            Side::Src => (src, dst),
-            Side::Dst => (dst, src),
-        };
-        let peer = (other, u64::from(levels.peer.is_some()));
+        let (unit, peer) = hosts.pick((src, dst), levels);
         let (pkt, e, m, p) = (self.pkt, self.epoch, self.mult_q16, self.params);
         if self.committed {
             pace_hosts::<_, true>(fair, flow, unit, peer, pkt, e, m, p)

@@ -293,8 +293,9 @@ impl Scenario {
 /// Why a scenario cannot run.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SimError {
-    /// Host isolation is simulated on the pacer only.
-    #[error("host isolation ({0}) is simulated in pace mode only")]
+    /// Host isolation is simulated on the pacer and the policer's link
+    /// rule, not on its first design.
+    #[error("host isolation ({0}) is simulated on the pacer and the policer's link rule only")]
     IsolationPoliced(&'static str),
     /// The link rate is outside what the pacer accepts.
     #[error("link rate {rate_bytes_per_s} B/s is outside the pacer's range")]

@@ -1,7 +1,10 @@
 //! Police mode's packet path ([`Mode::Police`]): the sender, the upstream
 //! FIFO (the ISP's access link: its rate and a tail-drop buffer), then the
 //! policer ([`shaper_common::police::police`]) on the fair pacer's shared
-//! state, which passes, marks or drops each packet at once.
+//! state, which passes, marks or drops each packet at once. Under host
+//! isolation the step is
+//! [`police_flow_of_host`](shaper_common::hosts::police_flow_of_host), the
+//! destinations the unit hosts, as at a WAN port's ingress.
 //!
 //! Timing: a packet enters the FIFO when sent, leaves it after the queue
 //! ahead of it and its own transmission time at the link rate, and meets
@@ -14,6 +17,7 @@
 
 use shaper_common::fair::Level;
 use shaper_common::fair::{EPOCH_SHIFT, Packet, count_active, count_backlogged};
+use shaper_common::hosts::{host_count, police_flow_of_host};
 use shaper_common::police::{Action, DropReason, police};
 use shaper_common::shared::{account, join, police_step, roll_epoch};
 use shaper_common::tins::SoleTin;
@@ -75,7 +79,10 @@ impl Sim<'_> {
         sent_ns: u64,
     ) {
         let epoch = now >> EPOCH_SHIFT;
+        // At ingress the download's hosts: the unit is the destination.
+        let levels = self.sc.isolation.levels(false);
         if epoch > self.fairs[0].epoch {
+            // Over hosts too: see `police_flow_of_host`.
             roll_epoch::<_, _, false>(&mut self.fairs[0], &mut SoleTin, 0, epoch, Level::FLOWS);
             self.mult_trace.push((now, self.fairs[0].mult_q16));
         }
@@ -90,11 +97,36 @@ impl Sim<'_> {
         let mult = self.fairs[0].mult_q16;
         let params = self.sc.params;
         let f = &mut self.flows[i];
-        let r = match self.sc.mode {
-            Mode::Police {
-                rule: PoliceRule::Link,
-                ..
-            } => police_step(
+        let r = match (self.sc.mode, levels) {
+            (
+                Mode::Police {
+                    rule: PoliceRule::Link,
+                    ..
+                },
+                Some(levels),
+            ) => {
+                let fair = &mut self.fairs[0];
+                let (host, peer) = self.hosts[0].pick(f.hosts, levels);
+                let n = host_count(fair, host, peer.0, peer.1, epoch);
+                police_flow_of_host(
+                    fair,
+                    &mut f.entry,
+                    (host, peer.0),
+                    n,
+                    &mut self.police_link,
+                    &pkt,
+                    epoch,
+                    mult,
+                    &params,
+                )
+            }
+            (
+                Mode::Police {
+                    rule: PoliceRule::Link,
+                    ..
+                },
+                None,
+            ) => police_step(
                 &mut self.fairs[0],
                 &mut f.entry,
                 &mut self.police_link,
