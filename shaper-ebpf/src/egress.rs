@@ -51,7 +51,7 @@ use crate::{
     ce::mark_ce,
     fair_state::{AtomicFair, AtomicTins, Rolled, roll},
     hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
-    hosts::{HostKeys, host_entry, host_keys, selectors},
+    hosts::{Direction, HostKeys, host_entry, host_keys, selectors},
     maps::{AGGREGATE, CONFIG, count, count_tin},
     parse::{self, Class, Ecn},
     telemetry::{Outcome, report, stash},
@@ -181,12 +181,12 @@ fn fair<const HOSTS: bool, const NAT: bool>(
     let mut shared = unsafe { AtomicFair::new(rolled.state, veil) };
 
     let sel = if HOSTS {
-        selectors(config, veil)
+        selectors(config, Direction::ByConfig, veil)
     } else {
         Selectors::of(Isolation::Flows, true)
     };
     let keys = if HOSTS {
-        host_keys::<NAT>(ctx, &class, config, tin, veil)
+        host_keys::<NAT>(ctx, &class, (config, Direction::ByConfig), tin, veil)
     } else {
         HostKeys { src: 0, dst: 0 }
     };

@@ -1,9 +1,11 @@
 //! The egress pacer's host level (`shaper_common::hosts`): each packet's
 //! source and destination hosts, keyed from its IP header, and the hosts'
 //! state in an LRU hash map, which forgets the hosts longest unseen when
-//! full. Only the programs over hosts (`shaper_egress_hosts`, and
-//! `shaper_egress_hosts_nat`, which finds the LAN host through `crate::nat`)
-//! use it; the flow pacer's program has no host lookups.
+//! full. Only the programs over hosts (`shaper_egress_hosts` and
+//! `shaper_police_hosts`, and their `_nat` twins, which find the LAN host
+//! through `crate::nat`) use it; the flow pacer's and the policer's
+//! programs have no host lookups. The policer's hosts are its own (it
+//! loads as an object of its own).
 //!
 //! A frame without an IP header, or too short to hold 40 bytes from it, is
 //! one host on each side. Keys are hashes
@@ -36,12 +38,13 @@ pub(crate) struct HostKeys {
 
 /// The keys of the packet's hosts in tin `tin`, veiled: every header shape
 /// ends in one verifier state. With `NAT` the LAN side's IPv4 host is the
-/// one recorded before masquerading (`crate::nat`).
+/// one recorded before masquerading (`crate::nat`), in the direction
+/// `dir` shapes.
 #[inline(always)]
 pub(crate) fn host_keys<const NAT: bool>(
     ctx: &TcContext,
     class: &Class,
-    config: &PacerConfig,
+    (config, dir): (&PacerConfig, Direction),
     tin: usize,
     veil: Veil,
 ) -> HostKeys {
@@ -53,7 +56,7 @@ pub(crate) fn host_keys<const NAT: bool>(
     let (src, dst) = match ctx.load::<[u32; 10]>(ecn.l3_off as usize) {
         Ok(w) if ecn.present && ecn.ipv4 => {
             let (s, d) = if NAT {
-                through_nat(config, class, (w[3], w[4], w[5]))
+                through_nat((config, dir), class, (w[3], w[4], w[5]))
             } else {
                 (w[3], w[4])
             };
@@ -95,13 +98,34 @@ pub(crate) fn host_entry(key: u64) -> Option<&'static mut HostEntry> {
     }
 }
 
-/// The configured mode's selectors ([`Selectors`]), veiled: the mode's
-/// branches end in one verifier state. Egress shapes the upload; on an IFB
-/// fed from ingress (`FLAG_DELIVERY_MONO`), the download.
+/// Which direction a program shapes.
+#[derive(Clone, Copy)]
+pub(crate) enum Direction {
+    /// The egress pacer's: the upload on the WAN's egress, the download on
+    /// an IFB fed from ingress (`FLAG_DELIVERY_MONO`), read from the
+    /// configuration where it is used, so that no value carries the
+    /// choice from one use to the next for the verifier to walk twice.
+    ByConfig,
+    /// The policer's, at ingress: always the download.
+    Download,
+}
+
+impl Direction {
+    /// Whether it is the upload, under `config`.
+    #[inline(always)]
+    pub(crate) fn upload(self, config: &PacerConfig) -> bool {
+        match self {
+            Direction::ByConfig => config.flags & FLAG_DELIVERY_MONO == 0,
+            Direction::Download => false,
+        }
+    }
+}
+
+/// The configured mode's selectors ([`Selectors`]) in the direction `dir`
+/// shapes, veiled: the mode's branches end in one verifier state.
 #[inline(always)]
-pub(crate) fn selectors(config: &PacerConfig, veil: Veil) -> Selectors {
-    let upload = config.flags & FLAG_DELIVERY_MONO == 0;
-    let s = Selectors::of(config.isolation(), upload);
+pub(crate) fn selectors(config: &PacerConfig, dir: Direction, veil: Veil) -> Selectors {
+    let s = Selectors::of(config.isolation(), dir.upload(config));
     Selectors {
         flow: [
             veil.u64(s.flow[0]),

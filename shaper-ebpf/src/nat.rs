@@ -13,7 +13,7 @@
 
 use aya_ebpf::{macros::classifier, macros::map, maps::LruHashMap, programs::TcContext};
 use shaper_common::{
-    config::{FLAG_DELIVERY_MONO, FLAG_NO_L2, PacerConfig},
+    config::{FLAG_NO_L2, PacerConfig},
     counters::Counter,
     hosts::Side,
     nat::{NAT_ENTRIES, NatKey, lan_key, lan_side, wan_key},
@@ -21,6 +21,7 @@ use shaper_common::{
 
 use crate::{
     hook::TC_ACT_UNSPEC,
+    hosts::Direction,
     maps::{CONFIG, count},
     parse::{Class, ipv4_ports},
 };
@@ -53,14 +54,15 @@ fn record(ctx: &TcContext) {
 }
 
 /// The packet's address words `(src, dst)` with the LAN side's replaced
-/// by the recorded LAN host: on egress an upload's source, on an IFB fed
-/// from ingress a download's destination. `words` are the source's, the
-/// destination's and the word after a 20-byte IPv4 header (the ports);
-/// packets with options or without ports (`class.ports_off`) are not
-/// looked up.
+/// by the recorded LAN host: on the upload (egress) the source, on the
+/// download (an IFB fed from ingress, or the policer) the destination, as
+/// `dir` says.
+/// `words` are the source's, the destination's and the word after a
+/// 20-byte IPv4 header (the ports); packets with options or without ports
+/// (`class.ports_off`) are not looked up.
 #[inline(always)]
 pub(crate) fn through_nat(
-    config: &PacerConfig,
+    (config, dir): (&PacerConfig, Direction),
     class: &Class,
     words: (u32, u32, u32),
 ) -> (u32, u32) {
@@ -69,7 +71,7 @@ pub(crate) fn through_nat(
     if class.ports_off != class.ecn.l3_off + 20 {
         return (src, dst);
     }
-    let upload = config.flags & FLAG_DELIVERY_MONO == 0;
+    let upload = dir.upload(config);
     let key = wan_key(upload, src, dst, ports, class.l4_proto);
     let found = NAT.get_ptr(&key);
     count(

@@ -5,7 +5,10 @@
 //! `shaper_common::police::police_link`: CoDel on a virtual FIFO of the
 //! whole link at the policed rate says when a signal is due, and it goes to
 //! the next packet of a flow above `C / n_active`, at most one packet in four
-//! of any flow. Sparse flows are never touched.
+//! of any flow. Sparse flows are never touched. Under host isolation
+//! (`shaper_police_hosts`, `shaper_police_hosts_nat`) the download's hosts
+//! share first (`shaper_common::hosts::police_flow_of_host`), each host's
+//! state in `crate::hosts`.
 //!
 //! Units: nanoseconds of CLOCK_MONOTONIC (`bpf_ktime_get_ns`), bytes on the
 //! wire. Invariants: `skb->tstamp` is never read or written (at ingress it
@@ -19,6 +22,7 @@ use aya_ebpf::{macros::classifier, programs::TcContext};
 use shaper_common::{
     counters::Counter,
     fair::{Level, Packet},
+    hosts::{Isolation, Selectors, host_count, police_flow_of_host},
     police::{Action, DropReason},
     shared::{account, police_step},
     tins::SoleTin,
@@ -28,19 +32,39 @@ use crate::{
     ce::mark_ce,
     fair_state::{AtomicFair, roll},
     hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
+    hosts::{Direction, HostKeys, host_entry, host_keys, selectors},
     maps::{CONFIG, POLICE_LINK, count},
     veil::Veil,
 };
 
 #[classifier]
 pub fn shaper_police(ctx: TcContext) -> i32 {
-    match try_shaper_police(&ctx) {
+    match try_shaper_police::<false, false>(&ctx) {
+        Ok(verdict) | Err(verdict) => verdict,
+    }
+}
+
+/// The policer over hosts (`shaper_common::hosts::police_flow_of_host`),
+/// the download's hosts the unit. A program of its own, as on egress, so
+/// that the policer's carries no host lookups.
+#[classifier]
+pub fn shaper_police_hosts(ctx: TcContext) -> i32 {
+    match try_shaper_police::<true, false>(&ctx) {
+        Ok(verdict) | Err(verdict) => verdict,
+    }
+}
+
+/// The policer over hosts through masquerading (`--nat`, `crate::nat`):
+/// a download's host is the LAN host the LAN classifier recorded.
+#[classifier]
+pub fn shaper_police_hosts_nat(ctx: TcContext) -> i32 {
+    match try_shaper_police::<true, true>(&ctx) {
         Ok(verdict) | Err(verdict) => verdict,
     }
 }
 
 #[inline(always)]
-fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
+fn try_shaper_police<const HOSTS: bool, const NAT: bool>(ctx: &TcContext) -> Result<i32, i32> {
     let len = ctx.len();
     count(Counter::Packets, 1);
     count(Counter::Bytes, u64::from(len));
@@ -58,18 +82,47 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
         return Ok(TC_ACT_UNSPEC);
     }
     let tx_ns = config.scaled_rate().tx_time_ns(wire_len);
-    let Some(link) = POLICE_LINK
-        .get_ptr_mut(0)
-        .filter(|_| !rolled.state.is_null())
-    else {
+    if rolled.state.is_null() {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
-    };
+    }
     let (now_ns, epoch, mult_q16) = (rolled.now_ns, rolled.epoch, rolled.mult_q16);
     // SAFETY: the pointer is non-null, so it comes from the map lookup of
     // this run.
     let mut shared = unsafe { AtomicFair::new(rolled.state, veil) };
-    let Some((flow, _started)) = flow_entry(config, class.flow_hash, now_ns) else {
+    // The hosts first, before the flow table's scan, as on egress.
+    let sel = if HOSTS {
+        selectors(config, Direction::Download, veil)
+    } else {
+        Selectors::of(Isolation::Flows, false)
+    };
+    let keys = if HOSTS {
+        host_keys::<NAT>(ctx, &class, (config, Direction::Download), 0, veil)
+    } else {
+        HostKeys { src: 0, dst: 0 }
+    };
+    let flow_hash = if HOSTS {
+        veil.u64(sel.flow_hash(class.flow_hash, keys.src, keys.dst))
+    } else {
+        class.flow_hash
+    };
+    let hosts = if HOSTS {
+        let (unit, peer) = sel.keys(flow_hash, keys.src, keys.dst);
+        let (Some(host), Some(peer)) = (host_entry(veil.u64(unit)), host_entry(veil.u64(peer)))
+        else {
+            count(Counter::PassedUnpaced, 1);
+            return Ok(TC_ACT_UNSPEC);
+        };
+        let n = host_count(&mut shared, host, peer, sel.peer, epoch);
+        Some((host, peer, n))
+    } else {
+        None
+    };
+    let Some((flow, _started)) = flow_entry(config, flow_hash, now_ns) else {
+        count(Counter::PassedUnpaced, 1);
+        return Ok(TC_ACT_UNSPEC);
+    };
+    let Some(link) = POLICE_LINK.get_ptr_mut(0) else {
         count(Counter::PassedUnpaced, 1);
         return Ok(TC_ACT_UNSPEC);
     };
@@ -82,15 +135,22 @@ fn try_shaper_police(ctx: &TcContext) -> Result<i32, i32> {
     // SAFETY: the pointer comes from the map lookup of this run; a race with
     // another CPU costs one advance of the virtual link (module header).
     let link = unsafe { &mut *link };
-    let r = police_step(
-        &mut shared,
-        flow,
-        link,
-        &pkt,
-        epoch,
-        mult_q16,
-        &config.fair_params(),
-    );
+    let params = config.fair_params();
+    let r = if let Some((host, peer, n)) = hosts {
+        police_flow_of_host(
+            &mut shared,
+            flow,
+            (host, peer),
+            n,
+            link,
+            &pkt,
+            epoch,
+            mult_q16,
+            &params,
+        )
+    } else {
+        police_step(&mut shared, flow, link, &pkt, epoch, mult_q16, &params)
+    };
     if r.clamped {
         count(Counter::PoliceClamped, 1);
     }

@@ -13,7 +13,6 @@ use shaper_common::hosts::Isolation;
 use crate::{
     config::{ConfigError, RunConfig, RunPlan},
     duration::{DURATION_HELP, parse_duration},
-    ingress::IngressMode,
     pacer::{PacerArgs, PacerKind, parse_rtt},
     rate::Rate,
 };
@@ -245,8 +244,8 @@ pub struct RunArgs {
     #[arg(long)]
     pub wash: bool,
     /// Host isolation, as CAKE's modes (fair pacer): hosts share the rate
-    /// first, then their flows. Upload and the IFB's download; the
-    /// policer isolates flows only.
+    /// first, then their flows. Upload and download, in both ingress
+    /// modes.
     #[arg(long, value_enum, value_name = "MODE")]
     pub isolate: Option<crate::pacer::IsolateArg>,
     /// Host isolation of the download alone, in place of --isolate's (as
@@ -310,14 +309,12 @@ impl RunArgs {
                     isolate: args.ingress_isolate.or(args.isolate),
                     ..pacer.clone()
                 };
-                let c = RunConfig::with_pacer(args.iface.clone(), rate, args.horizon, &pacer)?;
-                let mode = c.pacer.isolation;
-                if args.ingress_mode == IngressMode::Police && mode != Isolation::Flows {
-                    return Err(ConfigError::IsolateWithPolice {
-                        mode: mode.keyword(),
-                    });
-                }
-                Some(c)
+                Some(RunConfig::with_pacer(
+                    args.iface.clone(),
+                    rate,
+                    args.horizon,
+                    &pacer,
+                )?)
             }
             None => None,
         };

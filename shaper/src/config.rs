@@ -32,15 +32,6 @@ pub enum ConfigError {
     /// Pacer settings refused.
     #[error(transparent)]
     Pacer(#[from] PacerError),
-    /// Host isolation asked of the ingress policer, which has no host level.
-    #[error(
-        "--isolate {mode} needs the pacer on the download: add --ingress-mode ifb, or drop \
-         --isolate (the policer isolates flows only)"
-    )]
-    IsolateWithPolice {
-        /// The mode given.
-        mode: &'static str,
-    },
     /// `--nat` without the LAN interfaces it records on.
     #[error(
         "--nat reads each connection's LAN host on the LAN side, before masquerading: name the \

@@ -32,14 +32,21 @@
 //! qdisc. Non-goals: telemetry records from the ingress programs (counters
 //! only).
 
-use std::fs;
+use std::{fs, path::Path};
 
 use aya::{
     Ebpf,
     maps::{Map, PerCpuArray},
-    programs::{SchedClassifier, TcAttachType},
+    programs::TcAttachType,
 };
-use shaper_common::{POLICE_PROGRAM, REDIRECT_PROGRAM, counters::Counter, fair::FairState, maps};
+use shaper_common::{
+    POLICE_HOSTS_NAT_PROGRAM, POLICE_HOSTS_PROGRAM, POLICE_PROGRAM, REDIRECT_PROGRAM,
+    config::{FLAG_NAT, PacerConfig},
+    counters::Counter,
+    fair::FairState,
+    hosts::Isolation,
+    maps,
+};
 use tracing::{info, warn};
 
 use crate::{
@@ -87,23 +94,44 @@ pub fn load(
     let mut pacer = config.pacer_config(has_l2_header);
     // No telemetry records from the policer (counters only).
     pacer.flags &= !shaper_common::config::FLAG_TELEMETRY;
-    let mut ebpf = bpf::load::open(pacer.flow_sets_mask.saturating_add(1), &[])?;
-    bpf::load::load_classifier(&mut ebpf, program_name(mode))?;
+    // The policer through NAT reads the run's map of LAN hosts: the one
+    // an earlier object of the run pinned, or its own, pinned at attach.
+    let shared: Vec<(&str, &Path)> = nat_map(config, mode)
+        .filter(|p| p.exists())
+        .map(|p| (maps::NAT, p))
+        .into_iter()
+        .collect();
+    let mut ebpf = bpf::load::open_sharing(pacer.flow_sets_mask.saturating_add(1), &[], &shared)?;
+    bpf::load::load_classifier(&mut ebpf, program_name(mode, &pacer))?;
     bpf::load::set_entry0(&mut ebpf, maps::CONFIG, pacer)?;
     // The fair share starts at a multiplier of 1.0.
     bpf::load::set_entry0(&mut ebpf, maps::FAIR, FairState::default())?;
     Ok(ebpf)
 }
 
-fn program_name(mode: IngressMode) -> &'static str {
-    match mode {
-        IngressMode::Police => POLICE_PROGRAM,
-        IngressMode::Ifb => REDIRECT_PROGRAM,
-    }
+/// The map of LAN hosts the policer of a `--nat` run reads; `None` in
+/// `ifb` mode (the IFB's pacer reads it) and without `--nat`.
+fn nat_map(config: &RunConfig, mode: IngressMode) -> Option<&Path> {
+    config
+        .nat_map
+        .as_deref()
+        .filter(|_| mode == IngressMode::Police)
 }
 
-fn program(ebpf: &mut Ebpf, mode: IngressMode) -> Result<&mut SchedClassifier, AttachError> {
-    Ok(bpf::load::classifier(ebpf, program_name(mode))?)
+/// The ingress program of `mode` for `pacer`: in `police` mode the
+/// policer over hosts under host isolation (with the NAT lookup under
+/// `--nat`), else the policer over flows.
+pub fn program_name(mode: IngressMode, pacer: &PacerConfig) -> &'static str {
+    match (
+        mode,
+        pacer.isolation() != Isolation::Flows,
+        pacer.flags & FLAG_NAT != 0,
+    ) {
+        (IngressMode::Ifb, _, _) => REDIRECT_PROGRAM,
+        (IngressMode::Police, true, true) => POLICE_HOSTS_NAT_PROGRAM,
+        (IngressMode::Police, true, false) => POLICE_HOSTS_PROGRAM,
+        (IngressMode::Police, false, _) => POLICE_PROGRAM,
+    }
 }
 
 /// Attaches ingress shaping of `mode` to `link` at `config.rate`. `record`
@@ -119,6 +147,8 @@ pub fn attach(
 ) -> Result<(Ingress, Record), AttachError> {
     let iface = link.name.as_str();
     let mut ebpf = load(config, mode, link.has_l2_header)?;
+    let program = program_name(mode, &config.pacer_config(link.has_l2_header));
+    let pin_nat = nat_map(config, mode).filter(|p| !p.exists());
     let mut record = match record {
         Some(r) => r,
         None => {
@@ -142,7 +172,8 @@ pub fn attach(
         if mode == IngressMode::Ifb {
             ifb_pacer = Some(shape_ifb(config, paths, &mut record, &mut ebpf)?);
         }
-        attach_steps(&mut ebpf, mode, link, paths, &mut record)
+        attach_steps(&mut ebpf, program, link, paths, &mut record)?;
+        pin_nat_map(&ebpf, pin_nat)
     })();
     match steps {
         Ok(()) => Ok((
@@ -206,9 +237,24 @@ fn shape_ifb(
     Ok(shaped)
 }
 
+/// Pins this object's map of LAN hosts at `path`, when it is the run's
+/// first (`crate::nat` removes the pin with the NAT directory).
+fn pin_nat_map(ebpf: &Ebpf, path: Option<&Path>) -> Result<(), AttachError> {
+    let Some(path) = path else {
+        return Ok(());
+    };
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(|e| pin_err("create", dir, e))?;
+    }
+    let map: &Map = ebpf
+        .map(maps::NAT)
+        .ok_or_else(|| pin_err("find map for", path, maps::NAT))?;
+    map.pin(path).map_err(|e| pin_err("pin", path, e))
+}
+
 fn attach_steps(
     ebpf: &mut Ebpf,
-    mode: IngressMode,
+    program: &'static str,
     link: &Link,
     paths: &Paths,
     record: &mut Record,
@@ -224,7 +270,7 @@ fn attach_steps(
     pins::clear(&dir);
     let link_pin = dir.join(pins::LINK);
     attach_classifier(
-        program(ebpf, mode)?,
+        bpf::load::classifier(ebpf, program)?,
         link,
         TcAttachType::Ingress,
         &link_pin,
@@ -253,7 +299,7 @@ fn attach_steps(
         iface = %link.name,
         mode = if kernel_has_tcx() { "tcx" } else { "tc clsact" },
         pins = %dir.display(),
-        program = program_name(mode),
+        program,
         "attached at ingress"
     );
     Ok(())

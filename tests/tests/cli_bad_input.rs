@@ -113,16 +113,6 @@ fn bad_isolation_options_exit_2() {
         &with(&["--isolate", "dual-srchost", "--pacer", "aggregate"]),
         &["--isolate", "fair pacer only"],
     );
-    // The policer has no host level, whichever flag gives the download
-    // its mode.
-    for flag in ["--isolate", "--ingress-isolate"] {
-        let police = ["--ingress-rate", "20mbit", "--ingress-mode", "police"];
-        expect_usage_error(
-            &pair,
-            &with(&[&police[..], &[flag, "dual-dsthost"]].concat()),
-            &["--isolate dual-dsthost", "--ingress-mode ifb"],
-        );
-    }
     // --nat: without the LAN side, without host isolation, with the WAN
     // or a missing interface for the LAN, or a LAN named twice.
     let nat =

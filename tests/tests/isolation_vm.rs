@@ -12,7 +12,9 @@
 //! - **Download, dual-dsthost:** the same bars for downloads on the IFB
 //!   against CAKE in ingress mode with `nat dual-dsthost`; the shaper runs
 //!   both ways as sqm-scripts' usual pair (`--isolate dual-srchost
-//!   --ingress-isolate dual-dsthost --nat`).
+//!   --ingress-isolate dual-dsthost --nat`). Then the same with the
+//!   download through the policer (`--ingress-mode police`), against CAKE
+//!   measured again beside it.
 //! - **triple-isolate** (through NAT, upload and download): host A's flows
 //!   go 4 to each of the server's two addresses, B's one to the first.
 //!   CAKE weighs each flow by the busier of its two hosts (`max(srchost,
@@ -29,8 +31,8 @@
 //! tools); elsewhere it skips with a reason, and under
 //! `SHAPER_REQUIRE_FULL_KERNEL=1` a skip fails.
 //!
-//! Not covered here: the policer (which isolates flows only) and a
-//! download without `--nat`.
+//! Not covered here: triple-isolate through the policer, and a download
+//! without `--nat`.
 
 use shaper::{
     lab::{Scenario, State, Testbed, TestbedOptions, hosts},
@@ -69,19 +71,30 @@ fn shaper(keyword: &str, nat: bool) -> State {
 }
 
 /// The shaper both ways as sqm-scripts' usual pair: `dual-srchost` up,
-/// `ingress_keyword` down, through NAT.
-fn shaper_both_ways(ingress_keyword: &str) -> State {
-    let mut extra_args: Vec<String> =
-        ["--ingress-rate", RATE, "--ingress-isolate", ingress_keyword]
-            .iter()
-            .map(|a| (*a).to_owned())
-            .collect();
+/// `ingress_keyword` down, through NAT, the download in `ingress_mode`.
+fn shaper_both_ways_in(ingress_keyword: &str, ingress_mode: &str) -> State {
+    let mut extra_args: Vec<String> = [
+        "--ingress-rate",
+        RATE,
+        "--ingress-mode",
+        ingress_mode,
+        "--ingress-isolate",
+        ingress_keyword,
+    ]
+    .iter()
+    .map(|a| (*a).to_owned())
+    .collect();
     extra_args.extend(hosts::shaper_args(Isolation::DualSrcHost, true));
     State::Shaper {
         bin: shaper_bin(),
         rate: rate(),
         extra_args,
     }
+}
+
+/// The same with the download on the IFB, the default.
+fn shaper_both_ways(ingress_keyword: &str) -> State {
+    shaper_both_ways_in(ingress_keyword, "ifb")
 }
 
 fn cake(keyword: &str) -> State {
@@ -152,6 +165,23 @@ fn download_dual_dsthost(tb: &Testbed) -> Verdict {
     again_if_missed(round(), round)
 }
 
+fn download_police(tb: &Testbed) -> Verdict {
+    let round = || {
+        let (c, cg) = host_b(tb, cake_download("dual-dsthost"), true);
+        let (s, sg) = host_b(tb, shaper_both_ways_in("dual-dsthost", "police"), true);
+        let bar = HALF_LEAST.max(c - CAKE_SLACK);
+        verdict(
+            s >= bar,
+            format!(
+                "download, 8 flows to A, 1 to B: shaper (police) --ingress-isolate dual-dsthost \
+                 --nat B {s:.3} (needs ≥ {bar:.3}), goodput {sg:.3}; CAKE ingress nat \
+                 dual-dsthost B {c:.3}, goodput {cg:.3}"
+            ),
+        )
+    };
+    again_if_missed(round(), round)
+}
+
 fn triple_isolate(tb: &Testbed, down: bool) -> Verdict {
     let round = || {
         let (cake_state, shaper_state, way) = if down {
@@ -200,6 +230,7 @@ fn hosts_behind_nat_share_as_under_cake() {
     report(&[
         upload_dual_srchost(&tb),
         download_dual_dsthost(&tb),
+        download_police(&tb),
         triple_isolate(&tb, false),
         triple_isolate(&tb, true),
     ]);

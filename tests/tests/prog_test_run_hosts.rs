@@ -3,14 +3,17 @@
 //! this kernel, keeps one state per host, paces each flow of a busy host at
 //! the share split between its bulk flows, and leaves a lone host's flow at
 //! the whole share. The library's step is the same function
-//! (`pace_hosts`); the simulator checks the allocations.
+//! (`pace_hosts`); the simulator checks the allocations. Through NAT, the
+//! pacer and the policer over hosts (`shaper_police_hosts_nat`) find each
+//! connection's LAN host.
 
 use std::os::fd::AsFd;
 
 use aya::maps::{HashMap, MapData};
 use shaper::bpf::test_run::run_skb;
 use shaper_common::{
-    EGRESS_HOSTS_NAT_PROGRAM, EGRESS_HOSTS_PROGRAM, NAT_LAN_PROGRAM,
+    EGRESS_HOSTS_NAT_PROGRAM, EGRESS_HOSTS_PROGRAM, NAT_LAN_PROGRAM, POLICE_HOSTS_NAT_PROGRAM,
+    POLICE_HOSTS_PROGRAM,
     config::{FLAG_DELIVERY_MONO, FLAG_NAT},
     counters::Counter,
     fair::fair_tx_ns,
@@ -149,13 +152,12 @@ fn masqueraded_hosts_count_apart_through_the_lan_record() {
     // Each direction without and with the flag: the LAN hosts are one
     // host (the WAN address) without it, two with it, so the pacer keeps
     // state for one host more.
-    let known = |mode: Isolation, flags: u32, wan: &[Packet; 2]| {
+    let known = |(plain, through): (&'static str, &'static str),
+                 mode: Isolation,
+                 flags: u32,
+                 wan: &[Packet; 2]| {
         let nat = flags & FLAG_NAT != 0;
-        let mut h = Harness::load_program(if nat {
-            EGRESS_HOSTS_NAT_PROGRAM
-        } else {
-            EGRESS_HOSTS_PROGRAM
-        });
+        let mut h = Harness::load_program(if nat { through } else { plain });
         let (mut config, _) = fair_at(10_000);
         config.set_isolation(mode);
         config.flags |= flags;
@@ -200,12 +202,22 @@ fn masqueraded_hosts_count_apart_through_the_lan_record() {
         hosts
     };
     let mono = FLAG_DELIVERY_MONO;
-    for (what, mode, flags, wan) in [
-        ("upload", Isolation::DualSrcHost, 0, &up),
-        ("download", Isolation::DualDstHost, mono, &down),
+    let pacer = (EGRESS_HOSTS_PROGRAM, EGRESS_HOSTS_NAT_PROGRAM);
+    // The policer shapes the download whatever its flags say.
+    let policer = (POLICE_HOSTS_PROGRAM, POLICE_HOSTS_NAT_PROGRAM);
+    for (what, programs, mode, flags, wan) in [
+        ("upload", pacer, Isolation::DualSrcHost, 0, &up),
+        ("download", pacer, Isolation::DualDstHost, mono, &down),
+        (
+            "policed download",
+            policer,
+            Isolation::DualDstHost,
+            0,
+            &down,
+        ),
     ] {
-        let plain = known(mode, flags, wan);
-        let through = known(mode, flags | FLAG_NAT, wan);
+        let plain = known(programs, mode, flags, wan);
+        let through = known(programs, mode, flags | FLAG_NAT, wan);
         assert_eq!(
             through,
             plain + 1,

@@ -19,7 +19,8 @@ use std::collections::BTreeSet;
 use aya::programs::{Program, SchedClassifier, TcAttachType};
 use shaper_common::{
     EGRESS_HOSTS_NAT_PROGRAM, EGRESS_HOSTS_PROGRAM, EGRESS_PROGRAM, NAT_LAN_PROGRAM,
-    PASSTHROUGH_PROGRAM, POLICE_PROGRAM, REDIRECT_PROGRAM, TELEMETRY_PROGRAM,
+    PASSTHROUGH_PROGRAM, POLICE_HOSTS_NAT_PROGRAM, POLICE_HOSTS_PROGRAM, POLICE_PROGRAM,
+    REDIRECT_PROGRAM, TELEMETRY_PROGRAM,
     calls::HELPERS,
     observe::{OBSERVE_EGRESS_PROGRAM, OBSERVE_INGRESS_PROGRAM},
 };
@@ -34,6 +35,8 @@ const CLASSIFIERS: &[&str] = &[
     EGRESS_HOSTS_PROGRAM,
     EGRESS_HOSTS_NAT_PROGRAM,
     POLICE_PROGRAM,
+    POLICE_HOSTS_PROGRAM,
+    POLICE_HOSTS_NAT_PROGRAM,
     REDIRECT_PROGRAM,
     NAT_LAN_PROGRAM,
     PASSTHROUGH_PROGRAM,
@@ -51,9 +54,17 @@ const RAW_TRACEPOINTS: &[(&str, &str)] = &[
 /// The verifier's limit on the instructions it walks for one program.
 const VERIFIER_LIMIT: u32 = 1_000_000;
 
-fn attach_classifier(prog: &mut SchedClassifier, name: &str) {
-    prog.load()
-        .unwrap_or_else(|e| panic!("{name} failed to load: {e:#}"));
+/// Loads, attaches and detaches the classifier `name`; a load the
+/// verifier refuses comes back as its message, so that every program's
+/// figure reaches the log before the test fails.
+fn attach_classifier(prog: &mut SchedClassifier, name: &str) -> Result<(), String> {
+    if let Err(e) = prog.load() {
+        let e = format!("{e:#}");
+        // The verifier's summary is its log's last lines.
+        let tail: Vec<&str> = e.lines().rev().take(4).collect();
+        eprintln!("{name} failed to load: {}", tail.join(" / "));
+        return Err(format!("{name} failed to load: {e}"));
+    }
     // The headroom each kernel leaves, in the tier's log: the verifier's
     // walk is the limit the packet path's changes run into first.
     match prog.info().map(|i| i.verified_instruction_count()) {
@@ -71,6 +82,7 @@ fn attach_classifier(prog: &mut SchedClassifier, name: &str) {
         prog.detach(link)
             .unwrap_or_else(|e| panic!("{name} failed to detach from {hook:?}: {e:#}"));
     }
+    Ok(())
 }
 
 #[test]
@@ -85,6 +97,7 @@ fn every_program_in_the_object_loads_and_attaches() {
 
     let mut ebpf = shaper::bpf::load::open(64, &[]).expect("open the embedded object");
     let mut seen = BTreeSet::new();
+    let mut refused = Vec::new();
     for (name, program) in ebpf.programs_mut() {
         match program {
             Program::SchedClassifier(prog) => {
@@ -92,7 +105,9 @@ fn every_program_in_the_object_loads_and_attaches() {
                     CLASSIFIERS.contains(&name),
                     "the object has the classifier {name}, which this test does not name"
                 );
-                attach_classifier(prog, name);
+                if let Err(e) = attach_classifier(prog, name) {
+                    refused.push(e);
+                }
             }
             Program::RawTracePoint(prog) => {
                 let (_, tracepoint) = RAW_TRACEPOINTS
@@ -115,6 +130,7 @@ fn every_program_in_the_object_loads_and_attaches() {
         seen.insert(name.to_owned());
     }
 
+    assert!(refused.is_empty(), "{}", refused.join("\n\n"));
     let expected: BTreeSet<String> = CLASSIFIERS
         .iter()
         .copied()

@@ -298,11 +298,7 @@ impl LabConfig {
         }
         let isolation: Isolation = args.isolate.unwrap_or_default().into();
         if isolation != Isolation::Flows {
-            let refused = args
-                .states
-                .0
-                .iter()
-                .find(|k| k.needs_queues() || matches!(k, StateKind::ShaperPolice));
+            let refused = args.states.0.iter().find(|k| k.needs_queues());
             if let Some(k) = refused {
                 return Err(LabUsageError::Invalid {
                     flag: "--states",
@@ -681,13 +677,16 @@ mod tests {
             shaper.ends_with("--isolate dual-srchost --nat --lan lan1 --lan lan2"),
             "{shaper}"
         );
-        // The policer isolates flows only; a per-queue CAKE takes no
-        // options; --nat needs hosts.
+        // The policer isolates hosts as the pacer does.
+        let police = config(&["--states", "shaper-police", "--isolate", "dual-dsthost"])
+            .expect("the policer takes --isolate");
+        let police = police.state(StateKind::ShaperPolice).name();
+        assert!(
+            police.contains("--ingress-mode police") && police.contains("--isolate dual-dsthost"),
+            "{police}"
+        );
+        // A per-queue CAKE takes no options; --nat needs hosts.
         for (bad, says) in [
-            (
-                &["--states", "shaper-police", "--isolate", "hosts"][..],
-                "isolates flows only",
-            ),
             (
                 &[
                     "--states",
@@ -696,7 +695,7 @@ mod tests {
                     "2",
                     "--isolate",
                     "hosts",
-                ],
+                ][..],
                 "isolates flows only",
             ),
             (
