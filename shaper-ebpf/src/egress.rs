@@ -50,8 +50,8 @@ use shaper_common::{
 use crate::{
     ce::mark_ce,
     fair_state::{AtomicFair, AtomicTins, Rolled, roll},
-    hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
-    hosts::{Direction, HostKeys, host_entry, host_keys, selectors},
+    hook::{Direction, TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
+    hosts::{HostKeys, host_entry, host_keys, selectors},
     maps::{AGGREGATE, CONFIG, count, count_tin},
     parse::{self, Class, Ecn},
     telemetry::{Outcome, report, stash},

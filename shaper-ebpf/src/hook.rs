@@ -1,6 +1,7 @@
 //! What the egress pacer and the ingress policer do alike on every packet:
 //! count it by class, parse its flow key, and find its entry in the flow
-//! table. Both programs load the same maps (each attachment loads its own
+//! table, and which direction a program shapes ([`Direction`]). Both
+//! programs load the same maps (each attachment loads its own
 //! copy of the object, so an interface's egress and ingress never share a
 //! flow table or a fair share).
 //!
@@ -11,7 +12,7 @@
 //! verifier's million-instruction limit.
 
 use shaper_common::{
-    config::{FLAG_NO_L2, PacerConfig},
+    config::{FLAG_DELIVERY_MONO, FLAG_NO_L2, PacerConfig},
     counters::Counter,
     flow::{FlowEntry, WAYS, Way, choose_way, set_and_tag},
 };
@@ -157,5 +158,28 @@ fn claim(w: &mut FlowEntry, tag: u32, now_ns: u64) {
         core::ptr::write_volatile(&raw mut w.codel.dropping, fresh.codel.dropping);
         core::ptr::write_volatile(&raw mut w.backlog_epoch, fresh.backlog_epoch);
         core::ptr::write_volatile(&raw mut w.active_epoch, fresh.active_epoch);
+    }
+}
+
+/// Which direction a program shapes.
+#[derive(Clone, Copy)]
+pub(crate) enum Direction {
+    /// The egress pacer's: the upload on the WAN's egress, the download on
+    /// an IFB fed from ingress (`FLAG_DELIVERY_MONO`), read from the
+    /// configuration where it is used, so that no value carries the
+    /// choice from one use to the next for the verifier to walk twice.
+    ByConfig,
+    /// The policer's, at ingress: always the download.
+    Download,
+}
+
+impl Direction {
+    /// Whether it is the upload, under `config`.
+    #[inline(always)]
+    pub(crate) fn upload(self, config: &PacerConfig) -> bool {
+        match self {
+            Direction::ByConfig => config.flags & FLAG_DELIVERY_MONO == 0,
+            Direction::Download => false,
+        }
     }
 }

@@ -14,11 +14,11 @@
 
 use aya_ebpf::{macros::map, maps::LruHashMap, programs::TcContext};
 use shaper_common::{
-    config::{FLAG_DELIVERY_MONO, PacerConfig},
+    config::PacerConfig,
     hosts::{HostEntry, Selectors, Side, host_key},
 };
 
-use crate::{nat::through_nat, parse::Class, veil::Veil};
+use crate::{hook::Direction, nat::through_nat, parse::Class, veil::Veil};
 
 /// Hosts whose state is kept at once, per tin and side.
 pub(crate) const HOST_ENTRIES: u32 = 16_384;
@@ -94,29 +94,6 @@ pub(crate) fn host_entry(key: u64) -> Option<&'static mut HostEntry> {
             // A full map forgets its least recently used host.
             let _ = HOSTS.insert(&key, &HostEntry::default(), 0);
             None
-        }
-    }
-}
-
-/// Which direction a program shapes.
-#[derive(Clone, Copy)]
-pub(crate) enum Direction {
-    /// The egress pacer's: the upload on the WAN's egress, the download on
-    /// an IFB fed from ingress (`FLAG_DELIVERY_MONO`), read from the
-    /// configuration where it is used, so that no value carries the
-    /// choice from one use to the next for the verifier to walk twice.
-    ByConfig,
-    /// The policer's, at ingress: always the download.
-    Download,
-}
-
-impl Direction {
-    /// Whether it is the upload, under `config`.
-    #[inline(always)]
-    pub(crate) fn upload(self, config: &PacerConfig) -> bool {
-        match self {
-            Direction::ByConfig => config.flags & FLAG_DELIVERY_MONO == 0,
-            Direction::Download => false,
         }
     }
 }

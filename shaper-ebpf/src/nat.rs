@@ -20,8 +20,8 @@ use shaper_common::{
 };
 
 use crate::{
+    hook::Direction,
     hook::TC_ACT_UNSPEC,
-    hosts::Direction,
     maps::{CONFIG, count},
     parse::{Class, ipv4_ports},
 };

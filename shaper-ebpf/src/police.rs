@@ -31,8 +31,8 @@ use shaper_common::{
 use crate::{
     ce::mark_ce,
     fair_state::{AtomicFair, roll},
-    hook::{TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
-    hosts::{Direction, HostKeys, host_entry, host_keys, selectors},
+    hook::{Direction, TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
+    hosts::{HostKeys, host_entry, host_keys, selectors},
     maps::{CONFIG, POLICE_LINK, count},
     veil::Veil,
 };
