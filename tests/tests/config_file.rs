@@ -116,11 +116,6 @@ fn bad_config_files_exit_2_naming_the_line_and_key() {
             &[":5: option 'rate'", "unknown unit"],
         ),
         (
-            "police.uci",
-            &format!("{GOOD}\toption isolate 'dual-dsthost'\n"),
-            &[":5: option 'isolate'", "--ingress-mode ifb"],
-        ),
-        (
             "type.uci",
             "config queue 'wan'\n\toption iface 'left0'\n",
             &[":1: section type 'queue'"],
