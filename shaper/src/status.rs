@@ -10,6 +10,7 @@ use shaper_common::{
     config::PacerConfig,
     counters::Counter,
     fair::{FairState, MULT_ONE},
+    hosts::Isolation,
     tins::Diffserv,
 };
 
@@ -53,6 +54,8 @@ pub struct IfaceStatus {
     /// The ingress policer's counters, when ingress is shaped and its pins
     /// are visible here.
     pub ingress_counters: Option<CounterSnapshot>,
+    /// The ingress program's configuration, likewise.
+    pub ingress_config: Option<PacerConfig>,
     /// The egress object's programs with the kernel's run figures, if the
     /// pins are visible here; the reason when they could not be read.
     pub programs: Result<Option<Vec<ProgramRuns>>, String>,
@@ -93,9 +96,7 @@ pub fn collect(
         } else {
             None
         };
-        let config = pins::open(&paths.pin_dir.join(pins::CONFIG))?
-            .and_then(|m| Array::<_, PacerConfig>::try_from(m).ok())
-            .and_then(|a| a.get(&0, 0).ok());
+        let config = read_config(&paths.pin_dir)?;
         let counters = read_counters(&paths.pin_dir.join(pins::COUNTERS))?;
         let fair = pins::open(&paths.pin_dir.join(pins::FAIR))?
             .and_then(|m| Array::<_, FairState>::try_from(m).ok())
@@ -104,9 +105,12 @@ pub fn collect(
             Some(c) => crate::tin_status::read(&paths.pin_dir, c)?,
             None => None,
         };
-        let ingress_counters = match record.ingress {
-            Some(_) => read_counters(&pins::ingress_dir(&paths).join(pins::COUNTERS))?,
-            None => None,
+        let (ingress_counters, ingress_config) = match record.ingress {
+            Some(_) => (
+                read_counters(&pins::ingress_dir(&paths).join(pins::COUNTERS))?,
+                read_config(&pins::ingress_dir(&paths))?,
+            ),
+            None => (None, None),
         };
         // Read after the counters, so a program's runs are never fewer than
         // the packets its counters show.
@@ -122,6 +126,7 @@ pub fn collect(
             programs,
             ingress_programs,
             ingress_counters,
+            ingress_config,
             fair,
             tins,
             pid_alive: crate::state::pid_alive(record.pid),
@@ -142,6 +147,13 @@ fn read_counters(path: &std::path::Path) -> Result<Option<CounterSnapshot>, Atta
     };
     let array = PerCpuArray::<_, u64>::try_from(map).map_err(|e| pin_err("use", path, e))?;
     Ok(Some(CounterSnapshot::read(&array)?))
+}
+
+/// The configuration pinned in `dir`, if visible here.
+fn read_config(dir: &std::path::Path) -> Result<Option<PacerConfig>, AttachError> {
+    Ok(pins::open(&dir.join(pins::CONFIG))?
+        .and_then(|m| Array::<_, PacerConfig>::try_from(m).ok())
+        .and_then(|a| a.get(&0, 0).ok()))
 }
 
 /// One JSON object for `shaper status --json`: the record's essentials, the
@@ -167,6 +179,9 @@ pub fn to_json(st: &IfaceStatus) -> String {
         });
         if let Some(counters) = &st.ingress_counters {
             v["ingress"]["counters"] = counters_json(counters);
+        }
+        if let (None, Some(c)) = (&i.ifb, &st.ingress_config) {
+            v["ingress"]["isolation"] = c.isolation().keyword().into();
         }
         programs_json(&mut v["ingress"], &st.ingress_programs);
     }
@@ -337,6 +352,7 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
                 get(Counter::PoliceWithheld),
                 get(Counter::PoliceClamped)
             );
+            render_police_hosts(s, st, counters);
         }
         None => {
             let _ = writeln!(
@@ -346,6 +362,29 @@ fn render_ingress(s: &mut String, st: &IfaceStatus) {
         }
     }
     render_programs(s, "    ", &st.ingress_programs);
+}
+
+/// The policer's host level, when it has one: its mode, and through NAT
+/// the LAN interfaces and how often a download's LAN host was found.
+fn render_police_hosts(s: &mut String, st: &IfaceStatus, counters: &CounterSnapshot) {
+    let Some(c) = st
+        .ingress_config
+        .filter(|c| c.isolation() != Isolation::Flows)
+    else {
+        return;
+    };
+    let nat = if st.record.lans.is_empty() {
+        String::new()
+    } else {
+        let names: Vec<&str> = st.record.lans.iter().map(|l| l.name.as_str()).collect();
+        format!(
+            ", LAN hosts through NAT from {} (nat_found {}, nat_missed {})",
+            names.join(", "),
+            counters[Counter::NatFound],
+            counters[Counter::NatMissed]
+        )
+    };
+    let _ = writeln!(s, "    isolation:  {}{nat}", c.isolation().keyword());
 }
 
 /// Human-readable report.

@@ -99,6 +99,9 @@ pub struct IngressStatus {
     pub classifier: String,
     #[serde(default)]
     pub counters: Option<BTreeMap<String, u64>>,
+    /// The policer's host isolation mode, when its pins are visible.
+    #[serde(default)]
+    pub isolation: Option<String>,
 }
 
 impl Status {

@@ -3,7 +3,8 @@
 //! needs no sch_fq, so these run on this machine's kernel (TCX) as well as
 //! in the VM (6.1: a cls_bpf filter on clsact).
 //!
-//! Checks: it attaches at ingress and `shaper status` says so; under a UDP
+//! Checks: it attaches at ingress and `shaper status` says so (over hosts
+//! too, with the mode); under a UDP
 //! flood at 4x the rate it drops (counted) while a ping beside it loses
 //! nothing and is never marked; SIGTERM and SIGKILL + `shaper cleanup`
 //! leave the interface's tc state exactly as before; the default mode,
@@ -84,6 +85,32 @@ fn sigterm_restores_and_status_shows_the_ingress_hook() {
     assert!(out.contains("shaper: ingress police:"), "{out}");
     assert_eq!(pair.right.tc_state("right0"), before);
     assert!(run.status_json().is_none(), "a record was left");
+}
+
+/// The policer over hosts: `status` names its mode, the program over
+/// hosts is the one at the hook, and SIGTERM restores.
+#[test]
+fn the_policer_over_hosts_shows_its_mode_and_restores() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    let pair = Pair::new("iph", 1);
+    let before = pair.right.tc_state("right0");
+    let mut run = start(&pair, "20mbit", &["--ingress-isolate", "dual-dsthost"]);
+    let st = run.status();
+    assert_eq!(
+        st.ingress().isolation.as_deref(),
+        Some("dual-dsthost"),
+        "{st}"
+    );
+    let report = run.status_text();
+    assert!(report.contains("isolation:  dual-dsthost"), "{report}");
+    // The kernel keeps a program's first 15 characters of name.
+    assert!(report.contains("shaper_police_h"), "{report}");
+    let exit = run.sigterm();
+    assert_eq!(exit.code(), Some(0), "{}", exit.text());
+    assert_eq!(pair.right.tc_state("right0"), before);
+    nothing_shaped(&pair);
 }
 
 #[test]
