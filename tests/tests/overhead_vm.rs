@@ -18,15 +18,17 @@
 //!   frame, at least 84 (tag, preamble, gap and FCS); the shaper
 //!   `--framing ethernet,ether-vlan`, CAKE `ethernet ether-vlan`.
 //!
-//! Bars: on ATM, where framing matters most, the shaper with no framing
-//! must bloat the link on this traffic, its ping p99 at least
-//! [`BLOAT_FACTOR`] × the matched run's, so a framing that did nothing
-//! fails; and the matched shaper's goodput (every flow's together) must
-//! reach CAKE's less [`GOODPUT_SLACK`], which it missed by 0.02–0.04 while
-//! the pacer's join step could take its multiplier past the flows' number.
-//! The rest is printed, not held: the matched shaper's p99 against
-//! [`P99_OF_CAKES`] × CAKE's on every link, and its goodput on PTM and
-//! Ethernet. There the shaper's goodput sits at the fair shares' figure
+//! Bars: on every link the shaper with no framing must bloat the link on
+//! this traffic, its ping p99 at least [`BLOAT_FACTOR`] × the matched
+//! run's, so a framing that did nothing fails (each link's framing costs
+//! the small datagrams a sixth of their frame or more, past the 5% the
+//! router leaves the line, and the FIFO fills to its depth); and on ATM,
+//! where framing matters most, the matched shaper's
+//! goodput (every flow's together) must reach CAKE's less
+//! [`GOODPUT_SLACK`], which it missed by 0.02–0.04 while the pacer's join
+//! step could take its multiplier past the flows' number. The rest is
+//! printed, not held: the matched shaper's p99 against [`P99_OF_CAKES`] ×
+//! CAKE's on every link, and its goodput on PTM and Ethernet. There the shaper's goodput sits at the fair shares' figure
 //! run after run while CAKE's own moves by more than the slack (on PTM
 //! 0.712–0.793 over five runs), and the shaper's p99 missed its bar on
 //! PTM once and on Ethernet once in five runs (`docs/pacer.md`,
@@ -57,8 +59,8 @@ const GOODPUT_SLACK: f64 = 0.02;
 /// run's.
 const BLOAT_FACTOR: f64 = 3.0;
 
-/// The links whose bloat bar and goodput bar hold (see the module header).
-const HELD: [&str; 1] = ["atm"];
+/// The links whose goodput bar holds (see the module header).
+const GOODPUT_HELD: [&str; 1] = ["atm"];
 
 /// Runs the traffic under `state`: the ping p99 (ms) and every flow's
 /// goodput together as a part of the shaping rate.
@@ -73,7 +75,7 @@ fn run(tb: &Testbed, state: State) -> (f64, f64, RunResult) {
 
 fn case(c: &LinkCase) -> Verdict {
     let tb = vs_cake::testbed(overhead::testbed_options(c));
-    let hold = HELD.contains(&c.name);
+    let hold = GOODPUT_HELD.contains(&c.name);
     let round = || {
         let [(_, cake), (_, matched), (_, raw)] = overhead::states(c, &shaper_bin());
         let (cp99, cgood, _) = run(&tb, cake);
@@ -86,11 +88,11 @@ fn case(c: &LinkCase) -> Verdict {
             BLOAT_FACTOR * p99,
         );
         verdict(
-            !hold || (raw_p99 >= bloat_bar && good >= good_bar),
+            raw_p99 >= bloat_bar && (!hold || good >= good_bar),
             format!(
                 "{}: shaper {} ping p99 {p99:.1} ms (not held: ≤ {p99_bar:.1}), goodput {good:.3} \
                  ({held} ≥ {good_bar:.3}); CAKE {} p99 {cp99:.1} ms, goodput {cgood:.3}; shaper \
-                 without framing p99 {raw_p99:.1} ms ({held} ≥ {bloat_bar:.1}), goodput \
+                 without framing p99 {raw_p99:.1} ms (needs ≥ {bloat_bar:.1}), goodput \
                  {raw_good:.3}",
                 c.name,
                 c.shaper_args.join(" "),
