@@ -42,7 +42,7 @@ use shaper_common::{
     edt::{EdtDecision, aggregate_edt},
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
     fair::{Level, Packet, Verdict},
-    hosts::{Isolation, Selectors, host_count, pace_flow_of_host},
+    hosts::pace_flow_of_host,
     shared::{account, pace},
     tins::MAX_TINS,
 };
@@ -51,7 +51,7 @@ use crate::{
     ce::mark_ce,
     fair_state::{AtomicFair, AtomicTins, Rolled, roll},
     hook::{Direction, TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
-    hosts::{HostKeys, host_entry, host_keys, selectors},
+    hosts::flow_hosts,
     maps::{AGGREGATE, CONFIG, count, count_tin},
     parse::{self, Class, Ecn},
     telemetry::{Outcome, report, stash},
@@ -180,34 +180,14 @@ fn fair<const HOSTS: bool, const NAT: bool>(
     // atomically.
     let mut shared = unsafe { AtomicFair::new(rolled.state, veil) };
 
-    let sel = if HOSTS {
-        selectors(config, Direction::ByConfig, veil)
-    } else {
-        Selectors::of(Isolation::Flows, true)
-    };
-    let keys = if HOSTS {
-        host_keys::<NAT>(ctx, &class, (config, Direction::ByConfig), tin, veil)
-    } else {
-        HostKeys { src: 0, dst: 0 }
-    };
-    let flow_hash = if HOSTS {
-        veil.u64(sel.flow_hash(class.flow_hash, keys.src, keys.dst))
-    } else {
-        class.flow_hash
-    };
     // The hosts first, so that their branches end before the flow table's
     // scan ([`host_count`]).
-    let hosts = if HOSTS {
-        let (unit, peer) = sel.keys(flow_hash, keys.src, keys.dst);
-        let (Some(host), Some(peer)) = (host_entry(veil.u64(unit)), host_entry(veil.u64(peer)))
-        else {
-            count(Counter::PassedUnpaced, 1);
-            return Ok(TC_ACT_UNSPEC);
-        };
-        let n = host_count(&mut shared, host, peer, sel.peer, epoch);
-        Some((host, peer, n))
-    } else {
-        None
+    let by_config = (config, Direction::ByConfig);
+    let Some((flow_hash, hosts)) =
+        flow_hosts::<HOSTS, NAT, _>(ctx, &class, by_config, tin, veil, &mut shared, epoch)
+    else {
+        count(Counter::PassedUnpaced, 1);
+        return Ok(TC_ACT_UNSPEC);
     };
     let Some((flow, flow_started)) = flow_entry(config, flow_hash, now_ns) else {
         count(Counter::PassedUnpaced, 1);

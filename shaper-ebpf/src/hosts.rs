@@ -15,7 +15,8 @@
 use aya_ebpf::{macros::map, maps::LruHashMap, programs::TcContext};
 use shaper_common::{
     config::PacerConfig,
-    hosts::{HostEntry, Selectors, Side, host_key},
+    hosts::{HostEntry, Selectors, Side, host_count, host_key},
+    shared::Shared,
 };
 
 use crate::{hook::Direction, nat::through_nat, parse::Class, veil::Veil};
@@ -29,11 +30,11 @@ pub static HOSTS: LruHashMap<u64, HostEntry> = LruHashMap::with_max_entries(HOST
 
 /// A packet's hosts' keys.
 #[derive(Clone, Copy)]
-pub(crate) struct HostKeys {
+struct HostKeys {
     /// The source's.
-    pub src: u64,
+    src: u64,
     /// The destination's.
-    pub dst: u64,
+    dst: u64,
 }
 
 /// The keys of the packet's hosts in tin `tin`, veiled: every header shape
@@ -41,7 +42,7 @@ pub(crate) struct HostKeys {
 /// one recorded before masquerading (`crate::nat`), in the direction
 /// `dir` shapes.
 #[inline(always)]
-pub(crate) fn host_keys<const NAT: bool>(
+fn host_keys<const NAT: bool>(
     ctx: &TcContext,
     class: &Class,
     (config, dir): (&PacerConfig, Direction),
@@ -84,7 +85,7 @@ pub(crate) fn host_keys<const NAT: bool>(
 /// it empty (the packet then passes unpaced: one path for the verifier
 /// after the lookup, not two).
 #[inline(always)]
-pub(crate) fn host_entry(key: u64) -> Option<&'static mut HostEntry> {
+fn host_entry(key: u64) -> Option<&'static mut HostEntry> {
     match HOSTS.get_ptr_mut(&key) {
         // SAFETY: the pointer comes from the map lookup and stays valid for
         // this program run; concurrent writers to one host are tolerated
@@ -101,7 +102,7 @@ pub(crate) fn host_entry(key: u64) -> Option<&'static mut HostEntry> {
 /// The configured mode's selectors ([`Selectors`]) in the direction `dir`
 /// shapes, veiled: the mode's branches end in one verifier state.
 #[inline(always)]
-pub(crate) fn selectors(config: &PacerConfig, dir: Direction, veil: Veil) -> Selectors {
+fn selectors(config: &PacerConfig, dir: Direction, veil: Veil) -> Selectors {
     let s = Selectors::of(config.isolation(), dir.upload(config));
     Selectors {
         flow: [
@@ -117,4 +118,38 @@ pub(crate) fn selectors(config: &PacerConfig, dir: Direction, veil: Veil) -> Sel
         ],
         peer: veil.u64(s.peer),
     }
+}
+
+/// A packet's hosts for the step over hosts: the unit host's state, the
+/// peer's, and the count the flow is weighed by (`host_count`).
+pub(crate) type Hosts = (&'static mut HostEntry, &'static mut HostEntry, u64);
+
+/// The flow key and, with `HOSTS`, the hosts of a packet in tin `tin`, in
+/// the direction `dir` shapes, as the programs over hosts take them before
+/// the flow table's scan, so that the hosts' branches end first. Without
+/// `HOSTS` the parse's flow key and no hosts. `None` on a host's first
+/// packet, which creates its state: the caller passes it unpaced.
+#[inline(always)]
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn flow_hosts<const HOSTS: bool, const NAT: bool, S: Shared>(
+    ctx: &TcContext,
+    class: &Class,
+    (config, dir): (&PacerConfig, Direction),
+    tin: usize,
+    veil: Veil,
+    shared: &mut S,
+    epoch: u64,
+) -> Option<(u64, Option<Hosts>)> {
+    if !HOSTS {
+        return Some((class.flow_hash, None));
+    }
+    let sel = selectors(config, dir, veil);
+    let keys = host_keys::<NAT>(ctx, class, (config, dir), tin, veil);
+    let flow_hash = veil.u64(sel.flow_hash(class.flow_hash, keys.src, keys.dst));
+    let (unit, peer) = sel.keys(flow_hash, keys.src, keys.dst);
+    let (Some(host), Some(peer)) = (host_entry(veil.u64(unit)), host_entry(veil.u64(peer))) else {
+        return None;
+    };
+    let n = host_count(shared, host, peer, sel.peer, epoch);
+    Some((flow_hash, Some((host, peer, n))))
 }

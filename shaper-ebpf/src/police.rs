@@ -22,7 +22,7 @@ use aya_ebpf::{macros::classifier, programs::TcContext};
 use shaper_common::{
     counters::Counter,
     fair::{Level, Packet},
-    hosts::{Isolation, Selectors, host_count, police_flow_of_host},
+    hosts::police_flow_of_host,
     police::{Action, DropReason},
     shared::{account, police_step},
     tins::SoleTin,
@@ -32,7 +32,7 @@ use crate::{
     ce::mark_ce,
     fair_state::{AtomicFair, roll},
     hook::{Direction, TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
-    hosts::{HostKeys, host_entry, host_keys, selectors},
+    hosts::flow_hosts,
     maps::{CONFIG, POLICE_LINK, count},
     veil::Veil,
 };
@@ -91,32 +91,12 @@ fn try_shaper_police<const HOSTS: bool, const NAT: bool>(ctx: &TcContext) -> Res
     // this run.
     let mut shared = unsafe { AtomicFair::new(rolled.state, veil) };
     // The hosts first, before the flow table's scan, as on egress.
-    let sel = if HOSTS {
-        selectors(config, Direction::Download, veil)
-    } else {
-        Selectors::of(Isolation::Flows, false)
-    };
-    let keys = if HOSTS {
-        host_keys::<NAT>(ctx, &class, (config, Direction::Download), 0, veil)
-    } else {
-        HostKeys { src: 0, dst: 0 }
-    };
-    let flow_hash = if HOSTS {
-        veil.u64(sel.flow_hash(class.flow_hash, keys.src, keys.dst))
-    } else {
-        class.flow_hash
-    };
-    let hosts = if HOSTS {
-        let (unit, peer) = sel.keys(flow_hash, keys.src, keys.dst);
-        let (Some(host), Some(peer)) = (host_entry(veil.u64(unit)), host_entry(veil.u64(peer)))
-        else {
-            count(Counter::PassedUnpaced, 1);
-            return Ok(TC_ACT_UNSPEC);
-        };
-        let n = host_count(&mut shared, host, peer, sel.peer, epoch);
-        Some((host, peer, n))
-    } else {
-        None
+    let download = (config, Direction::Download);
+    let Some((flow_hash, hosts)) =
+        flow_hosts::<HOSTS, NAT, _>(ctx, &class, download, 0, veil, &mut shared, epoch)
+    else {
+        count(Counter::PassedUnpaced, 1);
+        return Ok(TC_ACT_UNSPEC);
     };
     let Some((flow, _started)) = flow_entry(config, flow_hash, now_ns) else {
         count(Counter::PassedUnpaced, 1);

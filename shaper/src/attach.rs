@@ -251,13 +251,7 @@ fn attach_steps(
         map.pin(&path).map_err(|e| pin_err("pin", &path, e))?;
     }
     if let Some(path) = pin_nat {
-        if let Some(dir) = path.parent() {
-            fs::create_dir_all(dir).map_err(|e| pin_err("create", dir, e))?;
-        }
-        let map: &Map = ebpf
-            .map(maps::NAT)
-            .ok_or_else(|| pin_err("find map for", path, maps::NAT))?;
-        map.pin(path).map_err(|e| pin_err("pin", path, e))?;
+        pin_nat_map(ebpf, path)?;
     }
     info!(
         iface,
@@ -266,6 +260,19 @@ fn attach_steps(
         "attached"
     );
     Ok(())
+}
+
+/// Pins the map of LAN hosts of `ebpf` at `path`, for the run's first
+/// object that loads it (`crate::nat` removes the pin with the NAT
+/// directory).
+pub(crate) fn pin_nat_map(ebpf: &Ebpf, path: &Path) -> Result<(), AttachError> {
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).map_err(|e| pin_err("create", dir, e))?;
+    }
+    let map: &Map = ebpf
+        .map(maps::NAT)
+        .ok_or_else(|| pin_err("find map for", path, maps::NAT))?;
+    map.pin(path).map_err(|e| pin_err("pin", path, e))
 }
 
 /// Changes the rate in the pinned configuration of a running pacer, and in

@@ -85,12 +85,13 @@ pub struct Ingress {
 }
 
 /// Loads the ingress program of `mode` with `config`'s settings at its
-/// rate. Changes nothing on any interface.
+/// rate; returns the object and the program's name. Changes nothing on any
+/// interface.
 pub fn load(
     config: &RunConfig,
     mode: IngressMode,
     has_l2_header: bool,
-) -> Result<Ebpf, AttachError> {
+) -> Result<(Ebpf, &'static str), AttachError> {
     let mut pacer = config.pacer_config(has_l2_header);
     // No telemetry records from the policer (counters only).
     pacer.flags &= !shaper_common::config::FLAG_TELEMETRY;
@@ -102,11 +103,12 @@ pub fn load(
         .into_iter()
         .collect();
     let mut ebpf = bpf::load::open_sharing(pacer.flow_sets_mask.saturating_add(1), &[], &shared)?;
-    bpf::load::load_classifier(&mut ebpf, program_name(mode, &pacer))?;
+    let program = program_name(mode, &pacer);
+    bpf::load::load_classifier(&mut ebpf, program)?;
     bpf::load::set_entry0(&mut ebpf, maps::CONFIG, pacer)?;
     // The fair share starts at a multiplier of 1.0.
     bpf::load::set_entry0(&mut ebpf, maps::FAIR, FairState::default())?;
-    Ok(ebpf)
+    Ok((ebpf, program))
 }
 
 /// The map of LAN hosts the policer of a `--nat` run reads; `None` in
@@ -121,7 +123,7 @@ fn nat_map(config: &RunConfig, mode: IngressMode) -> Option<&Path> {
 /// The ingress program of `mode` for `pacer`: in `police` mode the
 /// policer over hosts under host isolation (with the NAT lookup under
 /// `--nat`), else the policer over flows.
-pub fn program_name(mode: IngressMode, pacer: &PacerConfig) -> &'static str {
+fn program_name(mode: IngressMode, pacer: &PacerConfig) -> &'static str {
     match (
         mode,
         pacer.isolation() != Isolation::Flows,
@@ -146,8 +148,7 @@ pub fn attach(
     record: Option<Record>,
 ) -> Result<(Ingress, Record), AttachError> {
     let iface = link.name.as_str();
-    let mut ebpf = load(config, mode, link.has_l2_header)?;
-    let program = program_name(mode, &config.pacer_config(link.has_l2_header));
+    let (mut ebpf, program) = load(config, mode, link.has_l2_header)?;
     let pin_nat = nat_map(config, mode).filter(|p| !p.exists());
     let mut record = match record {
         Some(r) => r,
@@ -173,7 +174,10 @@ pub fn attach(
             ifb_pacer = Some(shape_ifb(config, paths, &mut record, &mut ebpf)?);
         }
         attach_steps(&mut ebpf, program, link, paths, &mut record)?;
-        pin_nat_map(&ebpf, pin_nat)
+        match pin_nat {
+            Some(path) => crate::attach::pin_nat_map(&ebpf, path),
+            None => Ok(()),
+        }
     })();
     match steps {
         Ok(()) => Ok((
@@ -235,21 +239,6 @@ fn shape_ifb(
     bpf::load::set_entry0(redirect, maps::REDIRECT, ifindex)?;
     info!(ifb = %name, ifindex, "shaping the download on the IFB");
     Ok(shaped)
-}
-
-/// Pins this object's map of LAN hosts at `path`, when it is the run's
-/// first (`crate::nat` removes the pin with the NAT directory).
-fn pin_nat_map(ebpf: &Ebpf, path: Option<&Path>) -> Result<(), AttachError> {
-    let Some(path) = path else {
-        return Ok(());
-    };
-    if let Some(dir) = path.parent() {
-        fs::create_dir_all(dir).map_err(|e| pin_err("create", dir, e))?;
-    }
-    let map: &Map = ebpf
-        .map(maps::NAT)
-        .ok_or_else(|| pin_err("find map for", path, maps::NAT))?;
-    map.pin(path).map_err(|e| pin_err("pin", path, e))
 }
 
 fn attach_steps(
