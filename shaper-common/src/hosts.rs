@@ -471,10 +471,11 @@ pub fn pace_flow_of_host<S: Shared, const COMMITTED: bool>(
 /// slack the link's signals fell on it at a fifth of the rate where half
 /// was its share. The slack also lets a lone flow's peak stand a little
 /// above its share, where a lone flow's sawtooth must peak to average it
-/// without a queue. Four targets held a host's lone download at its
-/// half, as CAKE holds it, where two left it short (`docs/ingress.md`,
-/// "Hosts under the policer", has the figures). It bounds what the flows
-/// together can run ahead of the rate to about four targets of it.
+/// without a queue. Four targets brought a host's lone download closest
+/// to its half: two left it shorter in the guest, and eight shorter in
+/// the simulator (`docs/ingress.md`, "Hosts under the policer", has the
+/// figures). It bounds what the flows together can run ahead of the rate
+/// to about four targets of it.
 pub const ELIGIBLE_SLACK_SHIFT: u32 = 2;
 
 /// The policer's step over hosts ([`crate::shared::police_step`] with a
