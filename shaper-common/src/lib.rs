@@ -109,3 +109,7 @@ pub const NAT_LAN_PROGRAM: &str = "shaper_nat_lan";
 
 /// Name of a classifier that only passes packets, the benchmark's baseline.
 pub const PASSTHROUGH_PROGRAM: &str = "shaper_passthrough";
+
+/// Name of a classifier that reads the clock once and passes the packet:
+/// the benchmark's measure of the one clock read every pacer makes.
+pub const CLOCK_PROGRAM: &str = "shaper_clock";

@@ -81,6 +81,11 @@
 //!     a round's packets stay within the horizon. Both pacers' own costs
 //!     (`pacer_own_ns`, `aggregate_own_ns`: the path less the passthrough)
 //!     and their ratio come from the same run.
+//!   - `clock_read_ns`: `shaper_clock` (one `bpf_ktime_get_ns` and a
+//!     return) less the passthrough, on the same mix. Every pacer reads
+//!     the clock once a packet, so this part of both own costs is the
+//!     machine's clock source, not the pacer's work; under a hypervisor
+//!     it can be a large part.
 //!
 //! Units: nanoseconds per packet (f64), fractions of measured packets
 //! (0..=1), rates in bytes per second, frame lengths in bytes.
@@ -169,6 +174,10 @@ pub struct HostReport {
     pub aggregate_own_ns: f64,
     /// `pacer_own_ns / aggregate_own_ns`, from the same run.
     pub own_cost_ratio: f64,
+    /// One read of the clock (`bpf_ktime_get_ns`) on the same mix: the
+    /// clock program less the passthrough. Both pacers read it once a
+    /// packet, so it is part of both own costs.
+    pub clock_read_ns: f64,
     /// Passthrough on one frame replayed `repeat` times per call.
     pub passthrough_hot_ns_per_packet: f64,
     /// Verdict shares of the headline measurement.
@@ -305,8 +314,10 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     let frames: Vec<Vec<u8>> = (0..opts.flows)
         .map(|i| tcp_frame(i, len, Ecn::NotEct))
         .collect();
-    let mix_pass = mix_passthrough(&b, &frames, opts)?;
+    let mix_pass = mix_baseline(&b, Prog::Pass, &frames, opts)?;
     info!(ns = mix_pass, "passthrough, flow mix");
+    let clock_read_ns = mix_baseline(&b, Prog::Clock, &frames, opts)? - mix_pass;
+    info!(ns = clock_read_ns, "the clock read, flow mix");
 
     let rate = MAX_RATE_BYTES_PER_S;
     b.prepare(rate, |_| {})?;
@@ -433,6 +444,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         } else {
             f64::NAN
         },
+        clock_read_ns,
         police_ns_per_packet: police_ns,
         concurrency,
         passthrough_hot_ns_per_packet: passthrough_hot,
@@ -551,14 +563,19 @@ fn counted_passes(
     result.map(|()| out)
 }
 
-/// The passthrough over every frame, `mix_repeat` per call: median over
-/// rounds of ns per packet.
-fn mix_passthrough(b: &Bench, frames: &[Vec<u8>], opts: &HostOptions) -> Result<f64, BenchError> {
+/// A baseline program (the passthrough, or the clock read alone) over
+/// every frame, `mix_repeat` per call: median over rounds of ns per packet.
+fn mix_baseline(
+    b: &Bench,
+    prog: Prog,
+    frames: &[Vec<u8>],
+    opts: &HostOptions,
+) -> Result<f64, BenchError> {
     let mut samples = Vec::new();
     for _ in 0..opts.rounds {
         let mut ns = 0.0;
         for f in frames {
-            ns += b.call(Prog::Pass, f, opts.mix_repeat)?;
+            ns += b.call(prog, f, opts.mix_repeat)?;
         }
         samples.push(ns / (frames.len() as f64 * f64::from(opts.mix_repeat)));
     }

@@ -20,8 +20,8 @@ use aya::{
     programs::ProgramFd,
 };
 use shaper_common::{
-    EGRESS_HOSTS_NAT_PROGRAM, EGRESS_HOSTS_PROGRAM, EGRESS_PROGRAM, PASSTHROUGH_PROGRAM,
-    POLICE_PROGRAM, TELEMETRY_PROGRAM,
+    CLOCK_PROGRAM, EGRESS_HOSTS_NAT_PROGRAM, EGRESS_HOSTS_PROGRAM, EGRESS_PROGRAM,
+    PASSTHROUGH_PROGRAM, POLICE_PROGRAM, TELEMETRY_PROGRAM,
     config::{AggregateState, PacerConfig},
     fair::FairState,
     flow::FlowSet,
@@ -112,6 +112,8 @@ pub(super) enum Prog {
     /// The pacer over hosts through NAT.
     HostsNat,
     Pass,
+    /// The clock read alone.
+    Clock,
     Police,
 }
 
@@ -124,6 +126,7 @@ pub(super) struct Bench {
     hosts: ProgramFd,
     hosts_nat: ProgramFd,
     pass: ProgramFd,
+    clock: ProgramFd,
     police: ProgramFd,
     police_link: Array<MapData, LinkState>,
     aggregate: Array<MapData, AggregateState>,
@@ -141,6 +144,7 @@ impl Bench {
         let hosts = bpf::load::program_fd(&mut ebpf, EGRESS_HOSTS_PROGRAM)?;
         let hosts_nat = bpf::load::program_fd(&mut ebpf, EGRESS_HOSTS_NAT_PROGRAM)?;
         let pass = bpf::load::program_fd(&mut ebpf, PASSTHROUGH_PROGRAM)?;
+        let clock = bpf::load::program_fd(&mut ebpf, CLOCK_PROGRAM)?;
         let police = bpf::load::program_fd(&mut ebpf, POLICE_PROGRAM)?;
         bpf::load::load_telemetry(&mut ebpf)?;
         Ok(Self {
@@ -156,6 +160,7 @@ impl Bench {
             hosts,
             hosts_nat,
             pass,
+            clock,
             police,
             sets,
         })
@@ -281,6 +286,7 @@ impl Bench {
             Prog::Hosts => self.hosts.as_fd(),
             Prog::HostsNat => self.hosts_nat.as_fd(),
             Prog::Pass => self.pass.as_fd(),
+            Prog::Clock => self.clock.as_fd(),
             Prog::Police => self.police.as_fd(),
         }
     }
@@ -304,6 +310,7 @@ pub(super) fn call_on(
         Prog::Hosts => EGRESS_HOSTS_PROGRAM,
         Prog::HostsNat => EGRESS_HOSTS_NAT_PROGRAM,
         Prog::Pass => PASSTHROUGH_PROGRAM,
+        Prog::Clock => CLOCK_PROGRAM,
         Prog::Police => POLICE_PROGRAM,
     };
     let out = run_skb(fd, frame, None, repeat)

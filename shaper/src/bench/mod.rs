@@ -19,7 +19,8 @@
 //! `pacer_ns_per_packet`, `passthrough_hot_ns_per_packet`,
 //! `police_ns_per_packet` (the ingress policer), `aggregate_ns_per_packet`
 //! (the aggregate pacer on the same mix, the anchor), `pacer_own_ns`,
-//! `aggregate_own_ns`, `own_cost_ratio`, `verdict_fractions`,
+//! `aggregate_own_ns`, `own_cost_ratio`, `clock_read_ns` (one clock read,
+//! part of both own costs), `verdict_fractions`,
 //! `paths.{unpaced, paced, aqm_drop, horizon_drop, flow_mix_10k,
 //! flow_mix_10k_unpaced, flow_mix_10k_telemetry, flow_mix_10k_framed,
 //! hosts_flow_mix_10k, hosts_nat_flow_mix_10k, aggregate_flow_mix_10k,
@@ -504,6 +505,10 @@ fn host_table(doc: &Value) -> String {
         num(doc, "aggregate_own_ns"),
         num(doc, "pacer_own_ns"),
         num(doc, "own_cost_ratio"),
+    ));
+    s.push_str(&format!(
+        "  one clock read (same mix) {:>7} ns/pkt, in both own costs\n",
+        num(doc, "clock_read_ns"),
     ));
     s.push_str(&format!(
         "  ingress policer (10k-flow mix, overloaded) {:>7} ns/pkt\n",
