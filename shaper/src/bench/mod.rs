@@ -130,6 +130,12 @@ pub struct BenchArgs {
     /// Lab part: measured time per run (after a 2 s warm-up).
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
+    /// Lab part: the delay netem adds to the client's path, the round
+    /// trip's base, for the upload and download states and the traffic
+    /// cases beside them (the framing, isolation, CPU-bound and matrix
+    /// parts keep their own). At most 1s.
+    #[arg(long, value_name = "DURATION", default_value = "20ms", value_parser = parse_delay)]
+    pub delay: Duration,
     /// Lab part: skip the aggregate pacer.
     #[arg(long)]
     pub no_aggregate: bool,
@@ -193,6 +199,22 @@ pub struct BenchArgs {
     pub scale_rounds: u32,
 }
 
+/// The longest `--delay`: beyond a second TCP's start-up alone outlasts a
+/// run.
+const MAX_DELAY: Duration = Duration::from_secs(1);
+
+/// Parses `--delay`: a duration of at most [`MAX_DELAY`].
+fn parse_delay(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d > MAX_DELAY {
+        return Err(format!(
+            "{s} is more than {}s: give a round-trip delay of at most 1s, such as 80ms",
+            MAX_DELAY.as_secs()
+        ));
+    }
+    Ok(d)
+}
+
 /// Runs `shaper bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(vm_file) = &args.merge_vm {
@@ -238,7 +260,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let opts = vm::VmOptions {
             bin: std::env::current_exe().context("cannot find this binary's path")?,
             rate: args.rate,
-            delay: Duration::from_millis(20),
+            delay: args.delay,
             streams: 4,
             duration: args.duration,
             aggregate: !args.no_aggregate,
@@ -672,6 +694,29 @@ mod tests {
         assert_eq!(err.exit_code(), 2);
         let err = parse(&["--cpu-bound-rate", "400"]).expect_err("a bare number");
         assert_eq!(err.exit_code(), 2);
+    }
+
+    #[test]
+    fn the_delay_defaults_to_20ms_and_is_bounded() {
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            Args::try_parse_from(std::iter::once("bench").chain(args.iter().copied()))
+                .map(|a| a.bench)
+        };
+        assert_eq!(
+            parse(&["--vm-part"]).expect("defaults").delay,
+            Duration::from_millis(20)
+        );
+        assert_eq!(
+            parse(&["--vm-part", "--delay", "80ms"])
+                .expect("80 ms")
+                .delay,
+            Duration::from_millis(80)
+        );
+        for bad in ["2s", "80"] {
+            let err = parse(&["--vm-part", "--delay", bad]).expect_err(bad);
+            assert_eq!(err.exit_code(), 2, "{bad}");
+        }
     }
 
     #[test]

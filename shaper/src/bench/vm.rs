@@ -3,8 +3,9 @@
 //! since it needs sch_fq, CAKE and netem).
 //!
 //! Method: the lab's client → router → server testbed ([`crate::lab`]) with
-//! 20 ms of netem delay on the return path; each state shapes the router's
-//! WAN egress at 50 Mbit/s while 4 TCP streams upload from the client for
+//! netem delay on the return path (`--delay`, 20 ms unless given); each
+//! state shapes the router's WAN egress at 50 Mbit/s while 4 TCP streams
+//! upload from the client for
 //! `duration` (after a 2 s omitted warm-up) and ping runs alongside from the
 //! client every 50 ms. States: the shaper (fair pacer, defaults), CAKE
 //! (besteffort), and the shaper's aggregate pacer (`--pacer aggregate`).
