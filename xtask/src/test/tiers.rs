@@ -3,7 +3,9 @@
 //! - **host**: every binary but none of the VM's comparisons is special
 //!   here; tests that need a feature this kernel lacks skip with a reason.
 //! - **6.12**, the series OpenWrt 25.12 runs: every test, the comparisons
-//!   against CAKE included.
+//!   against CAKE included, but the multi-queue test, which runs once, on
+//!   7, where upstream cake_mq stands beside it and the split of one CAKE
+//!   per queue as well (the shaper's code and bars are the same on both).
 //! - **7** (the newest 7.x Debian has, 7.3 when this was written): what
 //!   touches the kernel's interface, which is where a newer kernel breaks a
 //!   BPF product: every program loads and attaches through TCX, restore,
@@ -43,18 +45,32 @@ pub enum Pick {
 #[derive(Debug, Clone, Copy)]
 pub struct Tier {
     pub name: &'static str,
-    /// `None`: every binary and test; else the union of these lists.
+    /// `None`: every test but [`SEVEN_ONLY`]'s; else the union of these
+    /// lists.
     picks: Option<&'static [&'static [(&'static str, Pick)]]>,
-    /// Whether the picks may name [`HOST_ONLY`] binaries.
+    /// Whether the tier runs [`HOST_ONLY`] tests its picks name.
     host_only_too: bool,
 }
 
-/// Binaries that run on the host kernel only: what they check does not
-/// depend on the kernel (argument and privilege errors happen before any
-/// kernel feature is touched, and the one sch_fq case needs a kernel without
-/// it; the metrics endpoint's clients are plain sockets; the service
-/// scripts only read a config file), and under emulation they cost minutes.
-pub const HOST_ONLY: &[&str] = &["cli_bad_input", "metrics_endpoint", "service_scripts"];
+/// Tests that run on the host kernel only: what they check does not
+/// depend on the kernel (argument, privilege and config-file errors happen
+/// before any kernel feature is touched, and the one sch_fq case needs a
+/// kernel without it; the metrics endpoint's clients are plain sockets; the
+/// service scripts only read a config file), and under emulation they cost
+/// minutes. The arm64 tier runs them too ([`Tier::host_only_too`]).
+pub const HOST_ONLY: &[(&str, Pick)] = &[
+    ("cli_bad_input", Pick::All),
+    ("metrics_endpoint", Pick::All),
+    ("service_scripts", Pick::All),
+    (
+        "config_file",
+        Pick::Only(&["bad_config_files_exit_2_naming_the_line_and_key"]),
+    ),
+];
+
+/// Tests that only the kernel-interface tier runs: the multi-queue test
+/// needs every anchor it compares against, and only 7.x has cake_mq.
+const SEVEN_ONLY: &[(&str, Pick)] = &[("multiqueue_vm", Pick::All)];
 
 /// What every subset runs: every program loading and attaching, the
 /// `BPF_PROG_TEST_RUN` suites, the hook's attach and counters, and restore.
@@ -73,9 +89,6 @@ const SHARED: &[(&str, Pick)] = &[
 
 const INTERFACE: &[(&str, Pick)] = &[
     ("trace_vm", Pick::All),
-    // One rate across TX queues, beside upstream cake_mq, which only 7.x
-    // has.
-    ("multiqueue_vm", Pick::All),
     ("observe", Pick::All),
     (
         "ingress_police",
@@ -117,7 +130,7 @@ pub const MAIN: Tier = Tier {
 };
 pub const KERNEL_INTERFACE: Tier = Tier {
     name: "kernel interface",
-    picks: Some(&[SHARED, INTERFACE]),
+    picks: Some(&[SHARED, INTERFACE, SEVEN_ONLY]),
     host_only_too: false,
 };
 
@@ -155,31 +168,35 @@ pub const QUICK: Tier = Tier {
     host_only_too: false,
 };
 
+/// True when `list` picks `test` of `binary`.
+fn named(list: &[(&str, Pick)], binary: &str, test: &str) -> bool {
+    list.iter().any(|(b, pick)| {
+        *b == binary
+            && match pick {
+                Pick::All => true,
+                Pick::Only(names) => names.contains(&test),
+            }
+    })
+}
+
 impl Tier {
     /// True when this tier runs `test` of `binary`.
     pub fn selects(&self, binary: &str, test: &str) -> bool {
-        if HOST_ONLY.contains(&binary) && !self.host_only_too {
+        if named(HOST_ONLY, binary, test) && !self.host_only_too {
             return false;
         }
-        let Some(picks) = self.picks else {
-            return true;
-        };
-        picks.iter().copied().flatten().any(|(b, pick)| {
-            *b == binary
-                && match pick {
-                    Pick::All => true,
-                    Pick::Only(names) => names.contains(&test),
-                }
-        })
+        match self.picks {
+            None => !named(SEVEN_ONLY, binary, test),
+            Some(picks) => picks.iter().any(|list| named(list, binary, test)),
+        }
     }
 
-    /// Fails when the tier names a binary or test that `available`
-    /// (binary, its tests) lacks.
+    /// Fails when the tier, or the lists every tier reads, name a binary
+    /// or test that `available` (binary, its tests) lacks.
     pub fn check(&self, available: &[(String, Vec<String>)]) -> Result<()> {
-        let Some(picks) = self.picks else {
-            return Ok(());
-        };
-        for (binary, pick) in picks.iter().copied().flatten() {
+        let picks = self.picks.unwrap_or(&[]);
+        let lists = picks.iter().copied().chain([HOST_ONLY, SEVEN_ONLY]);
+        for (binary, pick) in lists.flatten() {
             let Some((_, tests)) = available.iter().find(|(b, _)| b == binary) else {
                 bail!(
                     "the {} tier names the test binary {binary}, which the build has not: \
@@ -208,9 +225,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_main_tier_runs_everything_but_host_only_binaries() {
+    fn the_main_tier_runs_everything_but_host_only_and_seven_only_tests() {
         assert!(MAIN.selects("fair_vm", "anything"));
         assert!(!MAIN.selects("cli_bad_input", "bad_rates_exit_2"));
+        assert!(!MAIN.selects(
+            "config_file",
+            "bad_config_files_exit_2_naming_the_line_and_key"
+        ));
+        assert!(MAIN.selects(
+            "config_file",
+            "config_section_shapes_the_upload_as_its_flags_do"
+        ));
+        assert!(!MAIN.selects(
+            "multiqueue_vm",
+            "one_rate_and_one_fairness_across_tx_queues"
+        ));
+    }
+
+    #[test]
+    fn the_multi_queue_test_runs_once_on_seven() {
+        let name = "one_rate_and_one_fairness_across_tx_queues";
+        assert!(KERNEL_INTERFACE.selects("multiqueue_vm", name));
+        for tier in [MAIN, COMPATIBILITY, QUICK, ARM64] {
+            assert!(!tier.selects("multiqueue_vm", name), "{}", tier.name);
+        }
     }
 
     #[test]
@@ -254,6 +292,20 @@ mod tests {
             .expect_err("prog_test_run is missing")
             .to_string();
         assert!(err.contains("prog_test_run"), "{err}");
-        assert!(MAIN.check(&[]).is_ok());
+        let mut available: Vec<(String, Vec<String>)> = [
+            "cli_bad_input",
+            "metrics_endpoint",
+            "service_scripts",
+            "multiqueue_vm",
+        ]
+        .map(|b| (b.to_owned(), vec![]))
+        .into();
+        assert!(MAIN.check(&available).is_err(), "config_file is missing");
+        available.push(("config_file".to_owned(), vec!["renamed".to_owned()]));
+        let err = MAIN
+            .check(&available)
+            .expect_err("a host-only test is missing")
+            .to_string();
+        assert!(err.contains("bad_config_files_exit_2"), "{err}");
     }
 }
