@@ -35,8 +35,7 @@ pub const VMLINUX_BTF: &str = "/sys/kernel/btf/vmlinux";
 pub const KERNEL_BTF_ENV: &str = "SHAPER_KERNEL_BTF";
 
 /// The running kernel's BTF file: [`VMLINUX_BTF`], or what
-/// [`KERNEL_BTF_ENV`] names. Only the tracer needs it; the loader uses it
-/// when it is there.
+/// [`KERNEL_BTF_ENV`] names. Only the tracer reads it.
 pub fn kernel_btf_path() -> PathBuf {
     std::env::var_os(KERNEL_BTF_ENV).map_or_else(|| PathBuf::from(VMLINUX_BTF), PathBuf::from)
 }

@@ -53,12 +53,12 @@ pub fn open_sharing(
     shared: &[(&str, &Path)],
 ) -> Result<Ebpf, LoadError> {
     let object = super::object()?;
-    // The kernel's BTF when it has one; no program needs it (none has
-    // CO-RE relocations), so a kernel built without it loads the same.
-    let kernel_btf =
-        aya::Btf::parse_file(crate::btf::kernel_btf_path(), aya::Endianness::default()).ok();
+    // No program has CO-RE relocations, so the kernel's BTF is not a
+    // relocation target: a kernel with it and one without load the same
+    // object. The loader is told so rather than given a parse of it that
+    // nothing reads (megabytes, a second per parse under emulation).
     let mut loader = EbpfLoader::new();
-    loader.btf(kernel_btf.as_ref());
+    loader.btf(None);
     loader.map_max_entries(maps::FLOWS, flow_sets);
     for &(name, entries) in sizes {
         loader.map_max_entries(name, entries);
