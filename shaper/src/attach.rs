@@ -82,6 +82,33 @@ pub fn load_sharing(config: &PacerConfig, nat_map: Option<&Path>) -> Result<Ebpf
     Ok(ebpf)
 }
 
+/// An object loaded ahead of [`attach`], on another thread while the run
+/// loads its other objects: the verifier's time is the most of a start on
+/// a slow CPU, and each object's is its own.
+pub struct Loaded {
+    /// The link kind it was loaded for.
+    has_l2_header: bool,
+    /// The configuration written into it.
+    pacer: PacerConfig,
+    ebpf: Ebpf,
+}
+
+/// Loads the object [`attach`] would load for `config` on a link with (or
+/// without) a link header. `None` for a `--nat` run, whose objects share
+/// one map of LAN hosts that the first attach pins: those load in turn.
+/// Changes nothing on any interface.
+pub fn preload(config: &RunConfig, has_l2_header: bool) -> Option<Result<Loaded, AttachError>> {
+    if config.nat_map.is_some() {
+        return None;
+    }
+    let pacer = config.pacer_config(has_l2_header);
+    Some(load(&pacer).map(|ebpf| Loaded {
+        has_l2_header,
+        pacer,
+        ebpf,
+    }))
+}
+
 /// The egress program for `config`: the pacer over hosts under host
 /// isolation (with the NAT lookup under `--nat`), else the flow pacer
 /// (which carries no host lookups).
@@ -96,9 +123,16 @@ pub fn egress_program(config: &PacerConfig) -> &'static str {
     }
 }
 
-/// Attaches to `link` as `config` says. On failure after the first change,
-/// undoes what was done before returning the error.
-pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, AttachError> {
+/// Attaches to `link` as `config` says, with the object `loaded` when it
+/// was loaded for this link's kind, else with one loaded here. On failure
+/// after the first change, undoes what was done before returning the
+/// error.
+pub fn attach(
+    config: &RunConfig,
+    link: &Link,
+    paths: Paths,
+    loaded: Option<Loaded>,
+) -> Result<Shaped, AttachError> {
     let iface = link.name.as_str();
     // 1. Snapshot. An unrestorable tree is the user's to fix: a check error.
     let snapshot = tc::snapshot(link.ifindex).map_err(|e| match e {
@@ -114,8 +148,6 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
     })?;
     info!(iface, saved = %snapshot.describe(), "saved the current qdiscs");
     // 2-3. Load and configure.
-    let pacer = config.pacer_config(link.has_l2_header);
-    let program = egress_program(&pacer);
     // A `--nat` run's map of LAN hosts: the one another object of the run
     // pinned, or else this object's, pinned in step 7.
     let nat_map = config.nat_map.as_deref();
@@ -123,7 +155,14 @@ pub fn attach(config: &RunConfig, link: &Link, paths: Paths) -> Result<Shaped, A
         Some(p) if p.exists() => (Some(p), None),
         other => (None, other),
     };
-    let mut ebpf = load_sharing(&pacer, shared_nat)?;
+    let (pacer, mut ebpf) = match loaded {
+        Some(l) if l.has_l2_header == link.has_l2_header => (l.pacer, l.ebpf),
+        _ => {
+            let pacer = config.pacer_config(link.has_l2_header);
+            (pacer, load_sharing(&pacer, shared_nat)?)
+        }
+    };
+    let program = egress_program(&pacer);
 
     // 4. From here on the system changes: record first.
     if ensure_bpffs(&paths.bpffs)? {

@@ -99,6 +99,27 @@ pub fn run(args: RunArgs) -> Result<()> {
         _ => None,
     };
 
+    // The objects, before the first change: the ingress side's on a thread
+    // of its own beside the egress pacer's, each under its own verifier run.
+    let (egress_object, ingress_objects) = std::thread::scope(|scope| {
+        let ingress_objects = ingress
+            .as_ref()
+            .map(|c| scope.spawn(|| ingress::preload(c, args.ingress_mode, link.has_l2_header)));
+        let egress_object = egress
+            .as_ref()
+            .and_then(|c| attach::preload(c, link.has_l2_header))
+            .transpose();
+        let ingress_objects = ingress_objects.and_then(|t| {
+            t.join().unwrap_or_else(|_| {
+                Some(Err(AttachError::Load {
+                    detail: "the thread loading the ingress objects panicked".into(),
+                }))
+            })
+        });
+        (egress_object, ingress_objects.transpose())
+    });
+    let (mut egress_object, mut ingress_objects) = (egress_object?, ingress_objects?);
+
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -110,7 +131,12 @@ pub fn run(args: RunArgs) -> Result<()> {
         let mut sighup = signal(SignalKind::hangup()).context("installing SIGHUP handler")?;
 
         let mut shaped = match &egress {
-            Some(config) => Some(attach::attach(config, &link, paths.clone())?),
+            Some(config) => Some(attach::attach(
+                config,
+                &link,
+                paths.clone(),
+                egress_object.take(),
+            )?),
             None => None,
         };
         let mut guard = UndoGuard {
@@ -119,7 +145,8 @@ pub fn run(args: RunArgs) -> Result<()> {
         let policer = match &ingress {
             Some(config) => {
                 let record = shaped.as_ref().map(|s| s.record.clone());
-                match ingress::attach(config, args.ingress_mode, &link, &paths, record) {
+                let loaded = ingress_objects.take();
+                match ingress::attach(config, args.ingress_mode, &link, &paths, record, loaded) {
                     Ok((ebpf, record)) => {
                         guard.armed = Some((record, paths.clone()));
                         Some(ebpf)

@@ -136,19 +136,71 @@ fn program_name(mode: IngressMode, pacer: &PacerConfig) -> &'static str {
     }
 }
 
+/// The configuration of `ifb` mode's pacer, on the IFB of `config.iface`.
+pub fn ifb_config(config: &RunConfig) -> RunConfig {
+    RunConfig {
+        iface: ifb::name_for(&config.iface),
+        from_ingress: true,
+        ..config.clone()
+    }
+}
+
+/// The objects of [`attach`] loaded ahead, on a thread beside the egress
+/// pacer's load ([`crate::attach::preload`]).
+pub struct Loaded {
+    /// The link kind the ingress program was loaded for.
+    has_l2_header: bool,
+    /// The ingress program's object, and its name.
+    program: (Ebpf, &'static str),
+    /// `ifb` mode's pacer, on the IFB (an Ethernet device).
+    ifb_pacer: Option<crate::attach::Loaded>,
+}
+
+/// Loads what [`attach`] would load for `mode` on a link with (or without)
+/// a link header. `None` for a `--nat` run, whose objects share one map of
+/// LAN hosts that the first attach pins. Changes nothing on any interface.
+pub fn preload(
+    config: &RunConfig,
+    mode: IngressMode,
+    has_l2_header: bool,
+) -> Option<Result<Loaded, AttachError>> {
+    if config.nat_map.is_some() {
+        return None;
+    }
+    let loaded = (|| {
+        let program = load(config, mode, has_l2_header)?;
+        let ifb_pacer = match mode {
+            IngressMode::Ifb => crate::attach::preload(&ifb_config(config), true).transpose()?,
+            IngressMode::Police => None,
+        };
+        Ok(Loaded {
+            has_l2_header,
+            program,
+            ifb_pacer,
+        })
+    })();
+    Some(loaded)
+}
+
 /// Attaches ingress shaping of `mode` to `link` at `config.rate`. `record`
 /// is the egress attachment's record, or `None` when only ingress is
-/// shaped. Returns what must stay loaded and the updated record. On failure
-/// everything is undone, egress included, and the record removed.
+/// shaped; `loaded` is what [`preload`] loaded for this link's kind, if
+/// anything (else it is loaded here). Returns what must stay loaded and the
+/// updated record. On failure everything is undone, egress included, and
+/// the record removed.
 pub fn attach(
     config: &RunConfig,
     mode: IngressMode,
     link: &Link,
     paths: &Paths,
     record: Option<Record>,
+    loaded: Option<Loaded>,
 ) -> Result<(Ingress, Record), AttachError> {
     let iface = link.name.as_str();
-    let (mut ebpf, program) = load(config, mode, link.has_l2_header)?;
+    let ((mut ebpf, program), mut loaded_ifb_pacer) = match loaded {
+        Some(l) if l.has_l2_header == link.has_l2_header => (l.program, l.ifb_pacer),
+        _ => (load(config, mode, link.has_l2_header)?, None),
+    };
     let pin_nat = nat_map(config, mode).filter(|p| !p.exists());
     let mut record = match record {
         Some(r) => r,
@@ -171,7 +223,8 @@ pub fn attach(
     let mut ifb_pacer = None;
     let steps = (|| {
         if mode == IngressMode::Ifb {
-            ifb_pacer = Some(shape_ifb(config, paths, &mut record, &mut ebpf)?);
+            let loaded = loaded_ifb_pacer.take();
+            ifb_pacer = Some(shape_ifb(config, paths, &mut record, &mut ebpf, loaded)?);
         }
         attach_steps(&mut ebpf, program, link, paths, &mut record)?;
         match pin_nat {
@@ -206,6 +259,7 @@ fn shape_ifb(
     paths: &Paths,
     record: &mut Record,
     redirect: &mut Ebpf,
+    loaded: Option<crate::attach::Loaded>,
 ) -> Result<crate::attach::Shaped, AttachError> {
     let Some(name) = record
         .ingress
@@ -232,10 +286,8 @@ fn shape_ifb(
         iface: name.clone(),
         detail: e.to_string(),
     })?;
-    let mut ifb_config = config.clone();
-    ifb_config.iface = name.clone();
-    ifb_config.from_ingress = true;
-    let shaped = crate::attach::attach(&ifb_config, &ifb_link, paths.sibling(&name))?;
+    let shaped =
+        crate::attach::attach(&ifb_config(config), &ifb_link, paths.sibling(&name), loaded)?;
     bpf::load::set_entry0(redirect, maps::REDIRECT, ifindex)?;
     info!(ifb = %name, ifindex, "shaping the download on the IFB");
     Ok(shaped)
