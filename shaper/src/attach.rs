@@ -4,7 +4,9 @@
 //! from 4 on is recorded before it is taken, so `crate::undo` (on SIGINT/SIGTERM, on
 //! a failed step, or from `shaper cleanup` after SIGKILL) knows what to undo:
 //! 1. snapshot the root qdisc tree (refusing one that cannot be restored);
-//! 2. load the BPF object and have the verifier accept the classifier;
+//! 2. load the BPF object and have the verifier accept the classifier
+//!    (or take the object [`preload`] loaded, while the run loaded its
+//!    ingress objects on another thread);
 //! 3. fill its configuration map;
 //! 4. write the state record (see `state`);
 //! 5. install sch_fq as root (mq with fq leaves on multiqueue devices);

@@ -15,7 +15,9 @@
 //!
 //! Attach, after the egress steps (`attach::attach`) if any, each step
 //! recorded before it is taken:
-//! 1. load the object and the ingress program, fill its configuration;
+//! 1. load the object and the ingress program, fill its configuration
+//!    (or take what [`preload`] loaded before the egress steps, the IFB's
+//!    pacer included);
 //! 2. record the ingress rate and mode (creating the state record when
 //!    there is no egress shaping), and in `ifb` mode the IFB's name;
 //! 3. `ifb` mode: create the IFB (its ifindex recorded), then shape it;
