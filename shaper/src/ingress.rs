@@ -416,3 +416,35 @@ pub fn summary_json(counts: &CounterSnapshot) -> String {
         .collect();
     serde_json::json!({ "ingress_counters": map }).to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use std::{path::PathBuf, time::Duration};
+
+    use super::*;
+    use crate::rate::Rate;
+
+    #[test]
+    fn a_nat_run_loads_nothing_ahead() {
+        let rate: Rate = "20mbit".parse().expect("rate");
+        let mut config =
+            RunConfig::new("wan0".into(), rate, Duration::from_secs(2)).expect("config");
+        config.nat_map = Some(PathBuf::from("/sys/fs/bpf/shaper/nat"));
+        // Each object would need the pin the first attach makes: none loads
+        // ahead.
+        assert!(crate::attach::preload(&config, true).is_none());
+        for mode in [IngressMode::Police, IngressMode::Ifb] {
+            assert!(preload(&config, mode, true).is_none());
+        }
+    }
+
+    #[test]
+    fn the_ifb_pacer_is_the_ingress_configuration_on_the_ifb() {
+        let rate: Rate = "20mbit".parse().expect("rate");
+        let config = RunConfig::new("wan0".into(), rate, Duration::from_secs(2)).expect("config");
+        let ifb = ifb_config(&config);
+        assert_eq!(ifb.iface, "ifb4wan0");
+        assert!(ifb.from_ingress);
+        assert_eq!(ifb.rate, config.rate);
+    }
+}
