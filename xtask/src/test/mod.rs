@@ -87,8 +87,8 @@ pub struct TestArgs {
 /// The budget for a full run, warm, the x86 kernels and arm64; the same run from a
 /// fresh clone (`.ci/run`, setup and the first build included); and for
 /// `--quick`.
-const BUDGET_FULL_S: f64 = 55.0 * 60.0;
-const BUDGET_COLD_S: f64 = 62.0 * 60.0;
+const BUDGET_FULL_S: f64 = 45.0 * 60.0;
+const BUDGET_COLD_S: f64 = 55.0 * 60.0;
 const BUDGET_QUICK_S: f64 = 10.0 * 60.0;
 
 fn cargo(root: &Path, object: &Path) -> Command {
