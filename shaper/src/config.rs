@@ -69,6 +69,21 @@ pub struct RunConfig {
     pub nat_map: Option<std::path::PathBuf>,
 }
 
+/// sch_fq's own timer slack, the least the shaper sets.
+pub const FQ_TIMER_SLACK_MIN_NS: u32 = 10_000;
+/// The most timer slack the shaper sets, whatever the CoDel target.
+pub const FQ_TIMER_SLACK_MAX_NS: u32 = 1_000_000;
+
+/// sch_fq's timer slack for a CoDel target of `target_ns`: a tenth of it,
+/// within [`FQ_TIMER_SLACK_MIN_NS`]..=[`FQ_TIMER_SLACK_MAX_NS`].
+pub fn fq_timer_slack_ns(target_ns: u64) -> u32 {
+    let slack_ns = (target_ns / 10).clamp(
+        u64::from(FQ_TIMER_SLACK_MIN_NS),
+        u64::from(FQ_TIMER_SLACK_MAX_NS),
+    );
+    u32::try_from(slack_ns).unwrap_or(FQ_TIMER_SLACK_MAX_NS)
+}
+
 impl RunConfig {
     /// Validates the parts the types do not already guarantee; the fair
     /// pacer with its defaults.
@@ -112,8 +127,14 @@ impl RunConfig {
     ///   paced flow would wait behind that flow's stamped packets;
     /// - `buckets`: 2^log2(flows/4), at least sch_fq's 2^10 and at most its
     ///   2^18, so flow lookup stays short with the flow table full;
-    /// - `quantum`, `initial_quantum`, timer slack: sch_fq's defaults; they
-    ///   only order packets that are already due.
+    /// - timer slack: a tenth of the CoDel target, within
+    ///   [`FQ_TIMER_SLACK_MIN_NS`]..=[`FQ_TIMER_SLACK_MAX_NS`]: sch_fq's
+    ///   watchdog may fire that late, so the packets due within it leave in
+    ///   one run of the queue instead of a timer each; what it adds to a
+    ///   packet's delay stays a small part of the standing delay CoDel
+    ///   accepts;
+    /// - `quantum`, `initial_quantum`: sch_fq's defaults; they only order
+    ///   packets that are already due.
     pub fn fq_params(&self) -> FqParams {
         let horizon_us = u32::try_from(self.horizon.as_micros() + 1_000_000).unwrap_or(u32::MAX);
         let frames = u128::from(self.rate.bytes_per_s()) * self.horizon.as_millis() / 1000 / 1514;
@@ -127,6 +148,7 @@ impl RunConfig {
             buckets_log: Some(buckets_log),
             horizon_us: Some(horizon_us),
             horizon_drop: Some(true),
+            timer_slack_ns: Some(fq_timer_slack_ns(self.pacer.target_ns)),
             ..FqParams::default()
         }
     }
@@ -251,10 +273,21 @@ mod tests {
         assert_eq!(fq.horizon_us, Some(1_500_000));
         assert_eq!(fq.orphan_mask, Some(u32::MAX));
         assert_eq!(fq.buckets_log, Some(14));
+        // A tenth of the default 5 ms target.
+        assert_eq!(fq.timer_slack_ns, Some(500_000));
         fq.validate().expect("sch_fq accepts it");
         let p = c.pacer_config(true);
         assert_ne!(p.flags & FLAG_FAIR, 0);
         assert_eq!(p.flow_sets_mask, 8191);
         assert_eq!((p.target_ns, p.interval_ns), (5_000_000, 100_000_000));
+    }
+
+    #[test]
+    fn the_timer_slack_is_a_tenth_of_the_target_within_its_bounds() {
+        assert_eq!(fq_timer_slack_ns(5_000_000), 500_000);
+        assert_eq!(fq_timer_slack_ns(1_000_000), 100_000);
+        assert_eq!(fq_timer_slack_ns(20_000), FQ_TIMER_SLACK_MIN_NS);
+        assert_eq!(fq_timer_slack_ns(50_000_000), FQ_TIMER_SLACK_MAX_NS);
+        assert_eq!(fq_timer_slack_ns(u64::MAX), FQ_TIMER_SLACK_MAX_NS);
     }
 }
