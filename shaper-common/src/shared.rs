@@ -201,15 +201,19 @@ pub fn roll_epoch<S: Shared, T: TinTable, const COMMITTED: bool>(
     let mut m = m_before;
     let mut avg = s.load(Field::ScheduledAvg);
     let mut reference = s.load(Field::BackloggedRef);
-    for j in 0..ring {
-        if j < finished {
-            // Cannot truncate: the remainder is below EPOCH_RING.
-            let slot = Field::Scheduled(((old + j) % ring) as usize);
-            avg = s.opaque(average_scheduled(avg, s.load(slot)));
-            m = s.opaque(update_mult(m, tin_input(avg, &view), level.mult_min_q16));
-            reference = s.opaque(decay_reference(reference));
-            s.store(slot, 0);
-        }
+    // A loop to the veiled count, not a loop over the whole ring that skips
+    // the finished passes: the verifier then walks each pass once, where
+    // it walked the ring once for every count it could not rule out.
+    let passes = s.opaque(finished).min(ring);
+    let mut j = 0;
+    while j < passes {
+        // Cannot truncate: the remainder is below EPOCH_RING.
+        let slot = Field::Scheduled(((old + j) % ring) as usize);
+        avg = s.opaque(average_scheduled(avg, s.load(slot)));
+        m = s.opaque(update_mult(m, tin_input(avg, &view), level.mult_min_q16));
+        reference = s.opaque(decay_reference(reference));
+        s.store(slot, 0);
+        j += 1;
     }
     // Activity windows, stored only when one ends: storing back the loaded
     // values every epoch would lose any count another CPU added between the
