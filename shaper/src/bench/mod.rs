@@ -35,9 +35,9 @@
 //! paced mix from one CPU and from two at once, [`concurrency`]; null on
 //! one CPU),
 //! `kernel_release`, ...), and `vm`
-//! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress}` for
-//! the download, each the median over `--state-reps` interleaved runs of
-//! `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`, `softirq_cpu_per_mbit`,
+//! (`shaper`, `cake`, `aggregate`, and `ingress.{police, ifb, cake_ingress,
+//! ifb_alone}` for the download, each the median over `--state-reps`
+//! interleaved runs of `goodput_ratio`, `ping_p50_ms`, `ping_p99_ms`, `softirq_cpu_per_mbit`,
 //! and for the shaper's states `bpf_run_ns_per_packet`, the kernel's own
 //! time per program run; beside them the spreads `goodput`, `ping_p99` and
 //! `cpu` (median, min, max, every run's figure) and `runs`, each run's
@@ -616,7 +616,7 @@ fn vm_table(vm: &Value) -> String {
     }
     if let Some(ing) = vm.get("ingress").filter(|v| !v.is_null()) {
         s.push_str("  download, shaped at the WAN ingress:\n");
-        for name in ["police", "ifb", "cake_ingress"] {
+        for name in ["police", "ifb", "cake_ingress", "ifb_alone"] {
             if let Some(st) = ing.get(name) {
                 s.push_str(&state_row(name, st));
             }

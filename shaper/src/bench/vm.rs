@@ -27,7 +27,10 @@
 //! policer (`shaper run --ingress-rate`, `police` mode) and CAKE in
 //! `ingress` mode on an IFB (sqm-scripts' setup), and the shaper's pacer on
 //! an IFB (`--ingress-mode ifb`). The baseline is the same download paced
-//! by iperf3 to the state's goodput.
+//! by iperf3 to the state's goodput. Beside them the IFB alone
+//! (`ifb_alone`): the download redirected to an IFB with a FIFO, nothing
+//! shaped, paced by iperf3 at the rate, so that the part of the IFB
+//! states' CPU the redirect and the IFB cost is measured apart.
 //!
 //! Traffic cases ([`super::cases`], [`super::timed`]): a lone flow on each
 //! path, a bulk flow beside sparse flows, many flows, unequal flows (Jain's
@@ -49,7 +52,8 @@
 //! the kernel's BPF run-time statistics off.
 //!
 //! Repetitions: each state runs `state_reps` times, the states interleaved
-//! (shaper, CAKE, aggregate, police, ifb, CAKE-ingress, then again) so that
+//! (shaper, CAKE, aggregate, police, ifb, CAKE-ingress, the IFB alone,
+//! then again) so that
 //! a slow stretch of the host hits every state alike. A state's figures are
 //! the medians over its runs, with the spread of goodput, ping p99 and CPU
 //! beside them and every run's figures under `runs`.
@@ -198,6 +202,11 @@ pub struct IngressResult {
     pub cake_ingress: StateResult,
     /// The shaper's pacer on an IFB (`--ingress-mode ifb`).
     pub ifb: StateResult,
+    /// The IFB alone ([`State::IfbAlone`]): the download redirected to an
+    /// IFB with a FIFO at its root, nothing shaped, paced by iperf3 at the
+    /// rate. Its CPU per Mbit/s is what the redirect and the IFB cost,
+    /// within `ifb`'s and `cake_ingress`'s figures alike.
+    pub ifb_alone: StateResult,
 }
 
 /// Everything the lab part measures.
@@ -297,9 +306,9 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     let timing = Timing::new(opts.duration, OMIT);
     let mut states = states(opts);
     for rep in 0..opts.state_reps.max(1) {
-        for (state, download, runs) in &mut states {
+        for (state, flow, runs) in &mut states {
             info!(state = %state.name(), rep, "state run");
-            runs.push(measure(&tb, opts, state.clone(), timing, *download)?);
+            runs.push(measure(&tb, opts, state.clone(), timing, *flow)?);
         }
     }
     let mut results = states.into_iter().map(|(_, _, runs)| StateResult::of(runs));
@@ -317,6 +326,7 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
             police: next()?,
             ifb: next()?,
             cake_ingress: next()?,
+            ifb_alone: next()?,
         })
     } else {
         None
@@ -407,10 +417,21 @@ pub fn run(opts: &VmOptions) -> Result<VmReport, LabError> {
     })
 }
 
-/// The states in run order, each with whether it shapes the download and
-/// its runs so far: the shaper, CAKE, the aggregate pacer (if asked for),
-/// then the policer, the IFB pacer and CAKE-ingress (if asked for).
-fn states(opts: &VmOptions) -> Vec<(State, bool, Vec<RunFigures>)> {
+/// A state's measured flows, with its baseline's.
+#[derive(Clone, Copy)]
+struct Planned {
+    /// The flows run from the server to the client.
+    download: bool,
+    /// Each stream paced by iperf3 at this rate, for a state that shapes
+    /// nothing itself; `None` lets the state set the pace.
+    paced: Option<Rate>,
+}
+
+/// The states in run order, each with whether it shapes the download, the
+/// pace iperf3 sets for it, and its runs so far: the shaper, CAKE, the
+/// aggregate pacer (if asked for), then the policer, the IFB pacer,
+/// CAKE-ingress and the IFB alone, paced at the rate (if asked for).
+fn states(opts: &VmOptions) -> Vec<(State, Planned, Vec<RunFigures>)> {
     let shaper = |extra: &[&str]| State::Shaper {
         bin: opts.bin.clone(),
         rate: opts.rate,
@@ -421,19 +442,24 @@ fn states(opts: &VmOptions) -> Vec<(State, bool, Vec<RunFigures>)> {
         rate: opts.rate,
         extra_args: extra.iter().map(|a| (*a).to_owned()).collect(),
     };
+    let per_stream = Rate::from_bits_per_s(opts.rate.bits_per_s() / u64::from(opts.streams.max(1)))
+        .unwrap_or(Rate::MIN);
     let mut v = vec![
-        (shaper(&[]), false),
-        (State::Cake { rate: opts.rate }, false),
+        (shaper(&[]), false, None),
+        (State::Cake { rate: opts.rate }, false, None),
     ];
     if opts.aggregate {
-        v.push((shaper(&["--pacer", "aggregate"]), false));
+        v.push((shaper(&["--pacer", "aggregate"]), false, None));
     }
     if opts.ingress {
-        v.push((ingress(&["--ingress-mode", "police"]), true));
-        v.push((ingress(&["--ingress-mode", "ifb"]), true));
-        v.push((State::cake_ingress(opts.rate), true));
+        v.push((ingress(&["--ingress-mode", "police"]), true, None));
+        v.push((ingress(&["--ingress-mode", "ifb"]), true, None));
+        v.push((State::cake_ingress(opts.rate), true, None));
+        v.push((State::IfbAlone, true, Some(per_stream)));
     }
-    v.into_iter().map(|(s, d)| (s, d, Vec::new())).collect()
+    v.into_iter()
+        .map(|(state, download, paced)| (state, Planned { download, paced }, Vec::new()))
+        .collect()
 }
 
 /// CAKE's goodput below this share of its rate means the guest could not
@@ -455,16 +481,21 @@ fn warnings(cake: &StateResult) -> Vec<String> {
 }
 
 /// Runs `state`, then the unshaped baseline paced to its goodput; upload,
-/// or download when `download`.
+/// or download, and paced, as `flow` says.
 fn measure(
     tb: &Testbed,
     opts: &VmOptions,
     state: State,
     timing: Timing,
-    download: bool,
+    flow: Planned,
 ) -> Result<RunFigures, LabError> {
-    let dir = |f: FlowSpec| if download { f.reversed() } else { f };
-    let flows = vec![dir(FlowSpec::tcp(Host::Client, opts.streams))];
+    let dir = |f: FlowSpec| if flow.download { f.reversed() } else { f };
+    let own = FlowSpec::tcp(Host::Client, opts.streams);
+    let own = match flow.paced {
+        Some(rate) => own.with_bitrate(rate),
+        None => own,
+    };
+    let flows = vec![dir(own)];
     let shaped = run_scenario(
         tb,
         &Scenario::new(state, flows, timing).with_ping(Host::Client),
@@ -552,6 +583,48 @@ mod tests {
             bpf_run_ns_per_packet: None,
             counters: None,
         }
+    }
+
+    fn options(ingress: bool) -> VmOptions {
+        VmOptions {
+            bin: PathBuf::from("shaper"),
+            rate: Rate::from_bits_per_s(50_000_000).expect("a rate"),
+            delay: Duration::from_millis(20),
+            streams: 4,
+            duration: Duration::from_secs(8),
+            aggregate: false,
+            ingress,
+            case_reps: 0,
+            case_duration: Duration::from_secs(5),
+            matrix: false,
+            state_reps: 3,
+            cpu_bound: None,
+        }
+    }
+
+    #[test]
+    fn the_ifb_alone_runs_last_paced_at_the_rate_and_the_shaped_states_set_their_own_pace() {
+        let plan = states(&options(true));
+        let names: Vec<String> = plan.iter().map(|(s, _, _)| s.name()).collect();
+        assert_eq!(names.len(), 6, "{names:?}");
+        assert_eq!(names[5], "ifb-alone", "{names:?}");
+        for (state, flow, runs) in &plan {
+            assert!(runs.is_empty());
+            if matches!(state, State::IfbAlone) {
+                assert!(flow.download);
+                let per_stream = flow.paced.expect("the IFB alone is paced");
+                assert_eq!(per_stream.bits_per_s(), 50_000_000 / 4);
+            } else {
+                assert_eq!(flow.paced, None, "{}", state.name());
+            }
+        }
+        let upload_only = states(&options(false));
+        assert_eq!(upload_only.len(), 2);
+        assert!(
+            upload_only
+                .iter()
+                .all(|(_, f, _)| !f.download && f.paced.is_none())
+        );
     }
 
     #[test]

@@ -103,6 +103,11 @@ pub enum State {
         /// Appended to `cake bandwidth R besteffort ingress`.
         options: Vec<String>,
     },
+    /// `wan0`'s ingress redirected to the IFB of [`State::CakeIngress`]
+    /// with a plain FIFO at its root: the path every download shaper on an
+    /// IFB pays, with nothing shaped. The benchmark's measure of that
+    /// path's own cost.
+    IfbAlone,
     /// A plain token-bucket policer on `wan0`'s ingress at `rate` (burst:
     /// [`POLICER_BURST`] at the rate, at least 64 KiB so a GSO packet fits):
     /// the baseline, which handles varying RTTs badly: it drops whatever
@@ -199,6 +204,7 @@ impl State {
             State::CakeIngress { rate, options } => {
                 format!("cake-ingress {rate} {}", options.join(" "))
             }
+            State::IfbAlone => "ifb-alone".to_owned(),
             State::Policer { rate } => format!("policer {rate}"),
             State::ShaperIngress {
                 rate, extra_args, ..
@@ -225,7 +231,7 @@ impl State {
     /// The configured rate, if any.
     pub fn rate(&self) -> Option<Rate> {
         match self {
-            State::None => None,
+            State::None | State::IfbAlone => None,
             State::Cake { rate }
             | State::CakeWith { rate, .. }
             | State::FqCodel { rate }
@@ -308,27 +314,12 @@ impl State {
                 shaper = Some(spawn_shaper(tb, bin, &args, extra_args, "ingress:")?);
             }
             State::CakeIngress { rate, options } => {
-                let router = tb.ns(Host::Router);
-                router.ip(&["link", "add", "name", INGRESS_IFB, "type", "ifb"])?;
-                router.ip(&["link", "set", "dev", INGRESS_IFB, "up"])?;
                 let rate = tc_rate(*rate);
-                let mut args = vec![
-                    "qdisc",
-                    "replace",
-                    "dev",
-                    INGRESS_IFB,
-                    "root",
-                    "cake",
-                    "bandwidth",
-                    &rate,
-                    "besteffort",
-                    "ingress",
-                ];
-                args.extend(options.iter().map(String::as_str));
-                router.tc(&args)?;
-                router
-                    .all_ingress_to(dev, &["mirred", "egress", "redirect", "dev", INGRESS_IFB])?;
+                let mut root = vec!["cake", "bandwidth", &rate, "besteffort", "ingress"];
+                root.extend(options.iter().map(String::as_str));
+                ingress_to_ifb(tb, &root)?;
             }
+            State::IfbAlone => ingress_to_ifb(tb, &["pfifo"])?,
             State::Policer { rate } => {
                 let router = tb.ns(Host::Router);
                 let burst = policer_burst_bytes(*rate).to_string();
@@ -437,6 +428,21 @@ fn cake_root(tb: &Testbed, rate: Rate, options: &[&str]) -> Result<(), LabError>
     Ok(())
 }
 
+/// Redirects `tb`'s WAN ingress to [`INGRESS_IFB`], created with `root`
+/// (a qdisc and its parameters, as tc(8) takes them) at its root.
+fn ingress_to_ifb(tb: &Testbed, root: &[&str]) -> Result<(), LabError> {
+    let router = tb.ns(Host::Router);
+    router.ip(&["link", "add", "name", INGRESS_IFB, "type", "ifb"])?;
+    router.ip(&["link", "set", "dev", INGRESS_IFB, "up"])?;
+    let mut args = vec!["qdisc", "replace", "dev", INGRESS_IFB, "root"];
+    args.extend_from_slice(root);
+    router.tc(&args)?;
+    router.all_ingress_to(
+        tb.wan_dev(),
+        &["mirred", "egress", "redirect", "dev", INGRESS_IFB],
+    )
+}
+
 /// CAKE's tins as a state's name shows them: nothing for besteffort.
 fn tins_suffix(tins: &str) -> String {
     if tins == "besteffort" {
@@ -522,6 +528,7 @@ impl AppliedState<'_> {
                 *rate = new;
             }
             State::Policer { .. }
+            | State::IfbAlone
             | State::ShaperIngress { .. }
             | State::CakeSplit { .. }
             | State::CakeMq { .. }
@@ -626,7 +633,7 @@ impl AppliedState<'_> {
             State::Policer { .. } => router
                 .tc(&["qdisc", "del", "dev", dev, "handle", "ffff:", "ingress"])
                 .map(drop),
-            State::CakeIngress { .. } => {
+            State::CakeIngress { .. } | State::IfbAlone => {
                 let q = router.tc(&["qdisc", "del", "dev", dev, "handle", "ffff:", "ingress"]);
                 let l = router.ip(&["link", "del", "dev", INGRESS_IFB]);
                 q.and(l).map(drop)
