@@ -125,11 +125,17 @@ fn try_shaper_egress<const HOSTS: bool, const NAT: bool>(ctx: &TcContext) -> Res
         0
     };
     let tin = (veil.u64(config.tin_of(dscp) as u64) as usize) & (MAX_TINS - 1);
-    let rolled = if config.fair() {
-        let level = if HOSTS { Level::HOSTS } else { Level::FLOWS };
-        roll::<_, true>(config, veil, tin, AtomicTins::lookup(veil), level)
+    let tins = if config.fair() {
+        AtomicTins::lookup(veil)
     } else {
-        Rolled::NONE
+        None
+    };
+    let rolled = match tins {
+        Some(tins) => {
+            let level = if HOSTS { Level::HOSTS } else { Level::FLOWS };
+            roll::<_, true>(config, veil, tin, tins, level)
+        }
+        None => Rolled::NONE,
     };
     let class = count_and_classify(ctx, config);
     if config.flags & FLAG_WASH != 0 {

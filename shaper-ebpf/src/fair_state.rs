@@ -13,7 +13,7 @@ use aya_ebpf::helpers::bpf_ktime_get_ns;
 use shaper_common::{
     committed::CLOCK_SLOTS,
     config::PacerConfig,
-    fair::{EPOCH_NS, EPOCH_RING, EPOCH_SHIFT, FairState, Level},
+    fair::{EPOCH_RING, EPOCH_SHIFT, FairState, Level},
     shared::{Field, Shared, roll_epoch},
     tins::{MAX_TINS, TinState, TinTable},
 };
@@ -169,16 +169,19 @@ impl Shared for AtomicFair {
     }
 }
 
-/// The `SHAPER_TINS` value of this program run, or null when its lookup
-/// failed (then the tin is read as alone), and the veil
+/// The `SHAPER_TINS` value of this program run, and the veil
 /// [`TinTable::settle`] applies.
 pub(crate) struct AtomicTins(*mut TinState, Veil);
 
 impl AtomicTins {
-    /// The map's value for this run.
+    /// The map's value for this run; `None` when the lookup fails, which
+    /// an array of one entry does only in a broken object (the caller then
+    /// passes the packet unpaced, as when the fair state's lookup fails).
+    /// Without a null pointer in its state, the verifier walks the roll
+    /// once where it walked it again for a tin table that is not there.
     #[inline(always)]
-    pub(crate) fn lookup(veil: Veil) -> Self {
-        Self(TINS.get_ptr_mut(0).unwrap_or(core::ptr::null_mut()), veil)
+    pub(crate) fn lookup(veil: Veil) -> Option<Self> {
+        TINS.get_ptr_mut(0).map(|p| Self(p, veil))
     }
 }
 
@@ -187,9 +190,6 @@ const _: () = assert!(MAX_TINS.is_power_of_two());
 impl TinTable for AtomicTins {
     #[inline(always)]
     fn masks(&self, t: usize) -> (u64, u64, u64) {
-        if self.0.is_null() {
-            return (0, 0, 0);
-        }
         let t = t & (MAX_TINS - 1);
         // SAFETY: fields of the map value of this run, the index reduced;
         // written only by the controller.
@@ -203,9 +203,6 @@ impl TinTable for AtomicTins {
     }
     #[inline(always)]
     fn threshold(&self, t: usize) -> (u64, u64) {
-        if self.0.is_null() {
-            return (EPOCH_NS, 1 << 16);
-        }
         let t = t & (MAX_TINS - 1);
         // SAFETY: fields of the map value of this run, the index reduced.
         unsafe {
@@ -217,9 +214,6 @@ impl TinTable for AtomicTins {
     }
     #[inline(always)]
     fn usage(&self, t: usize) -> (u64, u64, u64) {
-        if self.0.is_null() {
-            return (0, 0, 0);
-        }
         let t = t & (MAX_TINS - 1);
         // SAFETY: as for `threshold`.
         unsafe {
@@ -244,9 +238,6 @@ impl TinTable for AtomicTins {
     }
     #[inline(always)]
     fn publish(&mut self, t: usize, epoch: u64, usage_ns: u64, busy: bool) {
-        if self.0.is_null() {
-            return;
-        }
         let t = t & (MAX_TINS - 1);
         // SAFETY: as for `threshold`; only the CPU that won this tin's
         // epoch writes its slots.
