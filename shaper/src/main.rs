@@ -28,7 +28,10 @@ fn exit_code(err: &anyhow::Error) -> i32 {
             || cause.is::<shaper::nat::LanCheckError>()
             || matches!(
                 cause.downcast_ref::<shaper::bench::host::BenchError>(),
-                Some(shaper::bench::host::BenchError::Invalid(_))
+                Some(
+                    shaper::bench::host::BenchError::Invalid(_)
+                        | shaper::bench::host::BenchError::MissingQdisc { .. }
+                )
             )
             || cause.is::<shaper::bpf::ObjectError>()
             || matches!(

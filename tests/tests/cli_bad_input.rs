@@ -149,15 +149,59 @@ fn a_bench_option_out_of_range_exits_2() {
         return;
     }
     let pair = Pair::new("bench", 1);
-    let out = pair
-        .left
-        .shaper()
-        .args(["bench", "--rounds", "0"])
+    for (args, want) in [
+        (&["bench", "--rounds", "0"][..], "must be positive"),
+        (
+            &["bench", "--vm-part", "--duration", "0s"],
+            "a measured time of a second or more",
+        ),
+    ] {
+        shaper_proc::expect_usage_error(&pair, args, &[want]);
+    }
+}
+
+/// What the bench's lab part must say on a kernel without netem.
+const NO_NETEM_NEEDLES: &[&str] = &["no 'netem' qdisc", "lab part", "cargo xtask bench"];
+
+/// The lab's namespaces (the bench's lab part makes them under this prefix).
+fn lab_namespaces() -> usize {
+    std::fs::read_dir("/run/netns")
+        .map(|d| {
+            d.filter_map(Result::ok)
+                .filter(|e| e.file_name().to_string_lossy().starts_with("shl-"))
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn the_bench_lab_part_without_netem_exits_2_before_any_namespace() {
+    if !require(&[Need::Root]) {
+        return;
+    }
+    if shaper::tc::probe_qdisc_kind("netem").unwrap_or(true) {
+        let msg = shaper::bench::host::BenchError::MissingQdisc { kind: "netem" }.to_string();
+        for n in NO_NETEM_NEEDLES {
+            assert!(msg.contains(n), "message lacks {n:?}: {msg}");
+        }
+        eprintln!("(this kernel has netem: checked the refusal's message only)");
+        return;
+    }
+    let before = lab_namespaces();
+    let out = std::process::Command::new(shaper_tests::topo::shaper_bin())
+        .args(["bench", "--vm-part", "--duration", "1s"])
         .output()
         .expect("spawn shaper");
     let msg = text(&out);
     assert_eq!(out.status.code(), Some(2), "{msg}");
-    assert!(msg.contains("must be positive"), "{msg}");
+    for n in NO_NETEM_NEEDLES {
+        assert!(msg.contains(n), "message lacks {n:?}: {msg}");
+    }
+    assert_eq!(
+        lab_namespaces(),
+        before,
+        "a refused bench created namespaces"
+    );
 }
 
 #[test]

@@ -83,6 +83,15 @@ pub enum BenchError {
     /// An option is out of range.
     #[error("invalid benchmark option: {0}")]
     Invalid(String),
+    /// The kernel cannot create a qdisc the lab part builds on.
+    #[error(
+        "this kernel has no '{kind}' qdisc, which the bench's lab part needs: run the lab part \
+         in the VM (`cargo xtask bench` boots a kernel that has it)"
+    )]
+    MissingQdisc {
+        /// The qdisc kind.
+        kind: &'static str,
+    },
     /// Counting helper calls failed.
     #[error("counting helper calls")]
     Calls(#[from] CallsError),

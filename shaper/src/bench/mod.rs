@@ -128,7 +128,7 @@ pub struct BenchArgs {
     #[arg(long, value_name = "RATE", default_value = "50mbit")]
     pub rate: Rate,
     /// Lab part: measured time per run (after a 2 s warm-up).
-    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_measured)]
     pub duration: Duration,
     /// Lab part: the delay netem adds to the client's path, the round
     /// trip's base, for the upload and download states and the traffic
@@ -215,6 +215,18 @@ fn parse_delay(s: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// Parses `--duration`: at least a second, so that a run measures
+/// something after its warm-up.
+fn parse_measured(s: &str) -> Result<Duration, String> {
+    let d = parse_duration(s)?;
+    if d < Duration::from_secs(1) {
+        return Err(format!(
+            "{s} is less than 1s: give a measured time of a second or more, such as 10s"
+        ));
+    }
+    Ok(d)
+}
+
 /// Runs `shaper bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
     if let Some(vm_file) = &args.merge_vm {
@@ -222,6 +234,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
             anyhow::bail!("--merge-vm needs --json FILE (the host part's results)");
         };
         return merge(json, vm_file);
+    }
+    if args.vm_part {
+        vm::check_kernel(args.soak.is_some())?;
     }
     let doc = if args.scale_part {
         let opts = scale::ScaleOptions {

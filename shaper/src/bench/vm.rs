@@ -74,7 +74,7 @@ use crate::{
     rate::Rate,
 };
 
-use super::cases::Spread;
+use super::{cases::Spread, loaded::BenchError};
 
 /// Warm-up excluded from every run.
 const OMIT: Duration = Duration::from_secs(2);
@@ -256,6 +256,29 @@ pub struct VmReport {
     pub wall_s: f64,
     /// Signs that the figures are not trustworthy (e.g. a CPU-starved guest).
     pub warnings: Vec<String>,
+}
+
+/// The qdiscs every run of the lab part builds on: netem for the paths'
+/// delay, sch_fq under the shaper, and CAKE, the reference (which the soak
+/// does not run).
+fn lab_qdiscs(soak: bool) -> &'static [&'static str] {
+    if soak {
+        &["netem", "fq"]
+    } else {
+        &["netem", "fq", "cake"]
+    }
+}
+
+/// Refuses a kernel that lacks a qdisc the lab part (the soak with
+/// `soak`) builds on, before any namespace exists. A probe that cannot
+/// answer lets the run go on, to fail where the qdisc is first used.
+pub fn check_kernel(soak: bool) -> Result<(), BenchError> {
+    for &kind in lab_qdiscs(soak) {
+        if !crate::tc::probe_qdisc_kind(kind).unwrap_or(true) {
+            return Err(BenchError::MissingQdisc { kind });
+        }
+    }
+    Ok(())
 }
 
 /// The soak's document: the guest kernel and the report.
