@@ -270,15 +270,12 @@ fn lab_qdiscs(soak: bool) -> &'static [&'static str] {
 }
 
 /// Refuses a kernel that lacks a qdisc the lab part (the soak with
-/// `soak`) builds on, before any namespace exists. A probe that cannot
-/// answer lets the run go on, to fail where the qdisc is first used.
+/// `soak`) builds on, before any namespace exists.
 pub fn check_kernel(soak: bool) -> Result<(), BenchError> {
-    for &kind in lab_qdiscs(soak) {
-        if !crate::tc::probe_qdisc_kind(kind).unwrap_or(true) {
-            return Err(BenchError::MissingQdisc { kind });
-        }
+    match crate::tc::first_missing_qdisc(lab_qdiscs(soak).iter().copied(), |kind| kind) {
+        Some(kind) => Err(BenchError::MissingQdisc { kind }),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// The soak's document: the guest kernel and the report.

@@ -67,23 +67,23 @@ pub fn run(args: LabArgs) -> Result<()> {
     // SAFETY: geteuid has no preconditions and cannot fail.
     let root = unsafe { libc::geteuid() } == 0;
     let config = LabConfig::from_args(args, &path, root)?;
-    for (kind, needed_by) in config.needed_qdiscs() {
-        // The probe adds the qdisc to `lo` in a private namespace of its own.
-        if !crate::tc::probe_qdisc_kind(kind).unwrap_or(true) {
-            let fix = if kind == "netem" {
-                "give --rtt 0ms"
-            } else if kind == "tbf" {
-                "give --link-buffer 0ms"
-            } else {
-                "leave that state out of --states"
-            };
-            return Err(LabUsageError::MissingQdisc {
-                kind,
-                needed_by,
-                fix,
-            }
-            .into());
+    // The probe adds the qdisc to `lo` in a private namespace of its own.
+    if let Some((kind, needed_by)) =
+        crate::tc::first_missing_qdisc(config.needed_qdiscs(), |(kind, _)| kind)
+    {
+        let fix = if kind == "netem" {
+            "give --rtt 0ms"
+        } else if kind == "tbf" {
+            "give --link-buffer 0ms"
+        } else {
+            "leave that state out of --states"
+        };
+        return Err(LabUsageError::MissingQdisc {
+            kind,
+            needed_by,
+            fix,
         }
+        .into());
     }
     // Without TCX, shaper and shaper-ifb feed their IFB with tc's matchall
     // + mirred.

@@ -63,7 +63,7 @@ pub use fq::FqParams;
 pub use install::{install_fq_root, install_plain_root, install_root};
 pub use message::{Attr, Handle, TC_H_INGRESS, TC_H_ROOT, TCA_KIND, TCA_OPTIONS, encode_attrs};
 pub use mirred::{FilterId, add_ingress_redirect, delete_ingress_redirect};
-pub use probe::{probe_clsact, probe_mirred, probe_qdisc_kind};
+pub use probe::{first_missing_qdisc, probe_clsact, probe_mirred, probe_qdisc_kind};
 pub use restore::restore;
 pub use snapshot::{Snapshot, TcObject, U32Root};
 

@@ -38,6 +38,19 @@ pub fn probe_qdisc_kind(kind: &str) -> Result<bool, TcError> {
     in_private_netns(move || try_add(TC_H_ROOT, 0x0001_0000, &kind))
 }
 
+/// The first of `needs` whose qdisc kind (`kind_of`) the kernel lacks,
+/// each probed with [`probe_qdisc_kind`] in turn. A probe that cannot
+/// answer counts the kind as present: the caller goes on and fails where
+/// the qdisc is first used, with the kernel's own message.
+pub fn first_missing_qdisc<T>(
+    needs: impl IntoIterator<Item = T>,
+    kind_of: impl Fn(&T) -> &str,
+) -> Option<T> {
+    needs
+        .into_iter()
+        .find(|need| !probe_qdisc_kind(kind_of(need)).unwrap_or(true))
+}
+
 /// True if the kernel has the clsact qdisc (the shaper attaches its
 /// classifier there). Probed like [`probe_qdisc_kind`], at `TC_H_CLSACT`.
 pub fn probe_clsact() -> Result<bool, TcError> {
