@@ -111,7 +111,7 @@ pub fn ensure_tools(target: Target) -> Result<()> {
     let arch = target.debian_arch();
     let mut missing = Vec::new();
     if let Some((_, gcc)) = target.linker() {
-        add_foreign_arch(arch)?;
+        toolchain::add_dpkg_arch(arch)?;
         missing.extend(
             toolchain::dpkg_missing(&[gcc])
                 .into_iter()
@@ -136,32 +136,6 @@ fn installed_version(package: &str) -> Option<String> {
     line.starts_with("ii ")
         .then(|| line.split_whitespace().nth(1).map(str::to_owned))
         .flatten()
-}
-
-/// `dpkg --add-architecture ARCH` and a package list refresh, once.
-fn add_foreign_arch(arch: &str) -> Result<()> {
-    let out = Command::new("dpkg")
-        .arg("--print-foreign-architectures")
-        .output()
-        .context("cannot run dpkg")?;
-    if String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .any(|l| l.trim() == arch)
-    {
-        return Ok(());
-    }
-    eprintln!("xtask: adding the {arch} architecture to dpkg for the cross build");
-    let status = Command::new("dpkg")
-        .args(["--add-architecture", arch])
-        .status()
-        .context("cannot run dpkg --add-architecture")?;
-    ensure!(status.success(), "dpkg --add-architecture {arch} failed");
-    let status = Command::new("apt-get")
-        .args(["update", "-q"])
-        .status()
-        .context("cannot run apt-get update")?;
-    ensure!(status.success(), "apt-get update failed");
-    Ok(())
 }
 
 /// `cargo ARGS` for `target`, statically linked, with the BPF object.

@@ -138,6 +138,36 @@ fn run(cmd: &mut Command, what: &str) -> Result<()> {
     Ok(())
 }
 
+/// Lets dpkg and apt take packages of `arch` (`dpkg --add-architecture`
+/// and a package list refresh), once: the native architecture and one
+/// already added are left as they are.
+pub fn add_dpkg_arch(arch: &str) -> Result<()> {
+    let listed = |flag: &str| -> Result<bool> {
+        let out = Command::new("dpkg")
+            .arg(flag)
+            .output()
+            .with_context(|| format!("cannot run dpkg {flag}"))?;
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.trim() == arch))
+    };
+    if listed("--print-architecture")? || listed("--print-foreign-architectures")? {
+        return Ok(());
+    }
+    eprintln!("xtask: adding the {arch} architecture to dpkg");
+    let status = Command::new("dpkg")
+        .args(["--add-architecture", arch])
+        .status()
+        .context("cannot run dpkg --add-architecture")?;
+    ensure!(status.success(), "dpkg --add-architecture {arch} failed");
+    let status = Command::new("apt-get")
+        .args(["update", "-q"])
+        .status()
+        .context("cannot run apt-get update")?;
+    ensure!(status.success(), "apt-get update failed");
+    Ok(())
+}
+
 /// Installs Debian packages that are missing. Runs `apt-get update` first
 /// only when needed (the first install attempt fails or a version is unknown).
 pub fn apt_install(packages: &[String]) -> Result<()> {

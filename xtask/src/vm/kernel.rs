@@ -108,6 +108,8 @@ fn fetch_bookworm(tmp: &Path, guest: Guest, tools: &Tools) -> Result<(String, Ve
             "apt-get update",
         )
     };
+    // A foreign guest's kernel comes from its architecture's lists.
+    crate::toolchain::add_dpkg_arch(guest.arch.debian())?;
     let mut chosen = None;
     for attempt in 0..2 {
         if attempt == 1 {
@@ -117,8 +119,7 @@ fn fetch_bookworm(tmp: &Path, guest: Guest, tools: &Tools) -> Result<(String, Ve
             if attempt == 1 {
                 bail!(
                     "apt knows no package {} even after apt-get update: Debian bookworm and \
-                     bookworm-security must be in the apt sources (and, for arm64, the \
-                     architecture in dpkg's: `dpkg --add-architecture arm64`)",
+                     bookworm-security must be in the apt sources",
                     guest.package_glob()
                 );
             }
