@@ -77,11 +77,16 @@ impl Target {
         }
     }
 
-    /// The cross linker, if the host (x86-64) needs one, and its Debian
-    /// package.
-    fn linker(self) -> Option<(&'static str, &'static str)> {
+    /// The cross linker, if the host (x86-64) needs one, and the Debian
+    /// packages a static link needs: the compiler driver, and the target's
+    /// C library with its start files (only recommended by the driver, so
+    /// an install without recommends leaves it out).
+    fn linker(self) -> Option<(&'static str, &'static [&'static str])> {
         match self {
-            Target::Aarch64 => Some(("aarch64-linux-gnu-gcc", "gcc-aarch64-linux-gnu")),
+            Target::Aarch64 => Some((
+                "aarch64-linux-gnu-gcc",
+                &["gcc-aarch64-linux-gnu", "libc6-dev-arm64-cross"],
+            )),
             Target::X86_64 => None,
         }
     }
@@ -110,10 +115,10 @@ pub fn ensure_tools(target: Target) -> Result<()> {
         .context("Debian's rustc-web is not installed: run `cargo xtask setup`")?;
     let arch = target.debian_arch();
     let mut missing = Vec::new();
-    if let Some((_, gcc)) = target.linker() {
+    if let Some((_, packages)) = target.linker() {
         toolchain::add_dpkg_arch(arch)?;
         missing.extend(
-            toolchain::dpkg_missing(&[gcc])
+            toolchain::dpkg_missing(packages)
                 .into_iter()
                 .map(str::to_owned),
         );
@@ -207,5 +212,16 @@ mod tests {
         assert_eq!(Target::Aarch64.env_triple(), "AARCH64_UNKNOWN_LINUX_GNU");
         assert_eq!(Target::Aarch64.openwrt_arch(), "aarch64_cortex-a53");
         assert_eq!(Target::X86_64.debian_arch(), "amd64");
+    }
+
+    #[test]
+    fn a_static_cross_link_gets_the_targets_c_library_and_start_files() {
+        let (linker, packages) = Target::Aarch64.linker().expect("a cross linker");
+        assert_eq!(linker, "aarch64-linux-gnu-gcc");
+        // crt1.o, crti.o and libc.a come from the C library's package, which
+        // the compiler's package only recommends.
+        assert!(packages.contains(&"gcc-aarch64-linux-gnu"), "{packages:?}");
+        assert!(packages.contains(&"libc6-dev-arm64-cross"), "{packages:?}");
+        assert!(Target::X86_64.linker().is_none());
     }
 }
