@@ -155,17 +155,14 @@ pub fn add_dpkg_arch(arch: &str) -> Result<()> {
         return Ok(());
     }
     eprintln!("xtask: adding the {arch} architecture to dpkg");
-    let status = Command::new("dpkg")
-        .args(["--add-architecture", arch])
-        .status()
-        .context("cannot run dpkg --add-architecture")?;
-    ensure!(status.success(), "dpkg --add-architecture {arch} failed");
-    let status = Command::new("apt-get")
-        .args(["update", "-q"])
-        .status()
-        .context("cannot run apt-get update")?;
-    ensure!(status.success(), "apt-get update failed");
-    Ok(())
+    run(
+        Command::new("dpkg").args(["--add-architecture", arch]),
+        "dpkg --add-architecture",
+    )?;
+    run(
+        Command::new("apt-get").args(["update", "-q"]),
+        "apt-get update",
+    )
 }
 
 /// Installs Debian packages that are missing. Runs `apt-get update` first
