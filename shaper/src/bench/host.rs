@@ -125,21 +125,21 @@ use super::{
 use crate::checks::{self, Capabilities};
 
 /// Transmission time per frame on the aqm_drop and horizon_drop paths.
-const SLOW_TX_NS: u64 = 50_000_000;
+pub(super) const SLOW_TX_NS: u64 = 50_000_000;
 
 /// ECT(0) frames that drive the aqm_drop flow's clock ahead (9 × 50 ms,
 /// staying under the 500 ms horizon).
-const AQM_PRIME_REPEAT: u32 = 9;
+pub(super) const AQM_PRIME_REPEAT: u32 = 9;
 
 /// Sum of the scheduled delays the flow-mix measured packets may reach:
 /// below CoDel's 5 ms target.
-const MIX_DELAY_BUDGET_NS: u64 = 4_000_000;
+pub(super) const MIX_DELAY_BUDGET_NS: u64 = 4_000_000;
 
 /// Transmission time per frame on the aggregate pacer's mix, 10 µs: a
 /// round of the default mix (10,000 flows × 4) advances the clock 400 ms,
 /// inside the 500 ms horizon. Larger mixes are paced at a shorter time
 /// ([`aggregate_tx_ns`]).
-const AGGREGATE_TX_NS: u64 = 10_000;
+pub(super) const AGGREGATE_TX_NS: u64 = 10_000;
 
 /// Everything the host part measures.
 #[derive(Clone, Debug, Serialize)]
@@ -185,6 +185,9 @@ pub struct HostReport {
     /// Helper calls per packet, counted in untimed passes of their own.
     #[serde(flatten)]
     pub helpers: HelperCalls,
+    /// BPF instructions and helper calls per packet on each path, counted
+    /// by the interpreter ([`super::insns`]).
+    pub bpf_insns: super::insns::InsnsReport,
     /// Each classifier's size, after the verifier's rewrites and as the
     /// verifier processed it (against its million-instruction limit).
     pub programs: BTreeMap<&'static str, ProgramSize>,
@@ -428,6 +431,13 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     // Last, so no timed call runs with the counters attached.
     let helpers = HelperCalls::of(counted_passes(&mut b, &frames, opts, rate, tx_ns, mix_pass));
     let programs = b.program_sizes();
+    let object = crate::bpf::object().map_err(|e| BenchError::Invalid(e.to_string()))?;
+    let bpf_insns = super::insns::run(object, len)?;
+    info!(
+        pacer = bpf_insns.pacer_insns_per_packet,
+        aggregate = bpf_insns.aggregate_insns_per_packet,
+        "BPF instructions per packet, paced mix"
+    );
     let report = HostReport {
         kernel_release: checks::kernel_release(),
         cpu_model: cpu_model(),
@@ -450,6 +460,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         passthrough_hot_ns_per_packet: passthrough_hot,
         verdict_fractions: mix.verdicts.clone(),
         helpers,
+        bpf_insns,
         programs,
         paths: {
             paths.insert("flow_mix_10k", mix);

@@ -93,6 +93,8 @@ pub enum BenchError {
         kind: &'static str,
     },
     /// Counting helper calls failed.
+    #[error("counting instructions in the interpreter")]
+    Interpreter(#[source] super::bpfvm::VmError),
     #[error("counting helper calls")]
     Calls(#[from] CallsError),
     /// A measuring thread could not be pinned to its CPU.
@@ -127,6 +129,37 @@ pub(super) enum Prog {
 }
 
 /// The loaded object and its maps.
+/// The configuration a path starts from: the fair pacer's defaults at
+/// `rate_bytes_per_s` with a fixed hash seed, a flow table of `sets`
+/// sets, then `tweak`.
+pub(super) fn start_config(
+    rate_bytes_per_s: u64,
+    sets: u32,
+    tweak: impl FnOnce(&mut PacerConfig),
+) -> Result<PacerConfig, BenchError> {
+    let rate = ScaledRate::from_bytes_per_s(rate_bytes_per_s).ok_or_else(|| {
+        BenchError::Invalid(format!("rate {rate_bytes_per_s} B/s is out of range"))
+    })?;
+    let mut c = PacerConfig::new(rate_bytes_per_s, rate);
+    c.hash_seed = HASH_SEED;
+    c.flow_sets_mask = sets - 1;
+    tweak(&mut c);
+    Ok(c)
+}
+
+/// The fair share frozen at 1.0. The epoch lies in the future: no share
+/// update runs. The join reference is out of reach: with no epoch change it
+/// is never refreshed, and every real epoch would otherwise count each flow
+/// as newly backlogged and shrink the share (`join_mult`). The counting
+/// itself still runs, so its cost is measured.
+pub(super) fn frozen_fair() -> FairState {
+    FairState {
+        epoch: FROZEN_EPOCH,
+        backlogged_ref_q8: u64::MAX >> 9,
+        ..FairState::default()
+    }
+}
+
 pub(super) struct Bench {
     ebpf: Ebpf,
     /// The helper-call counters, while attached.
@@ -182,24 +215,9 @@ impl Bench {
         rate_bytes_per_s: u64,
         tweak: impl FnOnce(&mut PacerConfig),
     ) -> Result<(), BenchError> {
-        let rate = ScaledRate::from_bytes_per_s(rate_bytes_per_s).ok_or_else(|| {
-            BenchError::Invalid(format!("rate {rate_bytes_per_s} B/s is out of range"))
-        })?;
-        let mut c = PacerConfig::new(rate_bytes_per_s, rate);
-        c.hash_seed = HASH_SEED;
-        c.flow_sets_mask = self.sets - 1;
-        tweak(&mut c);
+        let c = start_config(rate_bytes_per_s, self.sets, tweak)?;
         write0(&mut self.config, maps::CONFIG, c)?;
-        // The epoch frozen in the future: no share update runs. The join
-        // reference set out of reach: with no epoch change it is never
-        // refreshed, and every real epoch would otherwise count each flow as
-        // newly backlogged and shrink the share (`join_mult`). The counting
-        // itself still runs, so its cost is measured.
-        let fair = FairState {
-            epoch: FROZEN_EPOCH,
-            backlogged_ref_q8: u64::MAX >> 9,
-            ..FairState::default()
-        };
+        let fair = frozen_fair();
         write0(&mut self.fair, maps::FAIR, fair)?;
         self.set_aggregate_clock(0)?;
         write0(

@@ -30,6 +30,11 @@
 //! tracing programs; the lab part's count, with `helper_calls_kernel`
 //! naming the guest's kernel, when the host's was refused),
 //! `helper_calls.<path>.<helper>`,
+//! `bpf_insns.{pacer_insns_per_packet, aggregate_insns_per_packet}` and
+//! `bpf_insns.paths.<path>.{insns_per_packet, helper_calls_per_packet,
+//! helpers.<helper>, intended, intended_fraction}` (BPF instructions and
+//! helper calls per packet, counted by the interpreter of [`insns`] on any
+//! kernel),
 //! `programs.<name>.{xlated_insns, verified_insns}`,
 //! `concurrency.{ns_per_packet_1cpu, ns_per_packet_2cpu, ratio, ...}` (the
 //! paced mix from one CPU and from two at once, [`concurrency`]; null on
@@ -72,12 +77,14 @@
 //! Non-goals: pass/fail thresholds (the tests assert; this reports), and
 //! history or comparison between runs.
 
+mod bpfvm;
 mod calls;
 pub mod cases;
 pub mod concurrency;
 pub mod cpu_bound;
 pub mod frames;
 pub mod host;
+pub mod insns;
 pub mod isolation;
 mod loaded;
 pub mod matrix;
@@ -518,6 +525,25 @@ fn state_row(name: &str, st: &Value) -> String {
     )
 }
 
+/// The interpreter's counts on the paced mix, as a line of the host table.
+fn insns_line(doc: &Value) -> String {
+    let insns = doc.get("bpf_insns").unwrap_or(&Value::Null);
+    let path = |name: &str, key: &str| {
+        insns
+            .get("paths")
+            .and_then(|p| p.get(name))
+            .map_or_else(|| "-".to_owned(), |p| num(p, key))
+    };
+    format!(
+        "  BPF instructions per packet (10k-flow mix, paced, interpreted) fair pacer {} \
+         ({} helper calls), aggregate pacer {} ({})\n",
+        num(insns, "pacer_insns_per_packet"),
+        path("flow_mix_10k", "helper_calls_per_packet"),
+        num(insns, "aggregate_insns_per_packet"),
+        path("aggregate_flow_mix_10k", "helper_calls_per_packet"),
+    )
+}
+
 /// The host part as a table.
 fn host_table(doc: &Value) -> String {
     let mut s = format!(
@@ -574,6 +600,7 @@ fn host_table(doc: &Value) -> String {
             ),
         },
     );
+    s.push_str(&insns_line(doc));
     if let Some(programs) = doc.get("programs").and_then(Value::as_object) {
         for (name, p) in programs {
             s.push_str(&format!(
