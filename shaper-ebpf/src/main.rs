@@ -7,6 +7,8 @@
 // The atomic intrinsics (see `atomic`); the BPF build runs with
 // RUSTC_BOOTSTRAP=1 already, for build-std.
 #![cfg_attr(target_arch = "bpf", feature(core_intrinsics))]
+// The veil's XOR is one instruction of inline assembly (see `veil`).
+#![cfg_attr(target_arch = "bpf", feature(asm_experimental_arch))]
 #![cfg_attr(target_arch = "bpf", allow(internal_features))]
 
 #[cfg(target_arch = "bpf")]
