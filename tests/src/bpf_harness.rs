@@ -303,6 +303,14 @@ impl Loaded {
             .unwrap_or_else(|e| panic!("test run of a {}-byte frame: {e}", frame.len()))
     }
 
+    /// Runs one frame `repeat` times on one skb (`BPF_PROG_TEST_RUN`'s
+    /// repeat: what the program leaves in the skb, the next run sees),
+    /// panicking if the kernel refuses it; the verdict is the last run's.
+    pub fn run_repeated(&self, frame: &[u8], repeat: u32) -> TestRunOutput {
+        run_skb(self.prog.as_fd(), frame, None, repeat)
+            .unwrap_or_else(|e| panic!("test run of a {}-byte frame: {e}", frame.len()))
+    }
+
     /// Runs one frame and checks the verdict and that the counters moved by
     /// exactly `expected` (each other counter by zero). `what` names the case.
     pub fn run_expect(
