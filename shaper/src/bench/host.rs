@@ -120,26 +120,12 @@ use super::{
     concurrency::{self, ConcurrencyReport},
     frames::{Ecn, host_frame, tcp_frame},
     loaded::{Bench, Prog, ProgramSize},
-    measure::{Measured, PathSpec, mix_chunk, rate_for, result, single_calls, spread, warm_up},
+    measure::{
+        AGGREGATE_TX_NS, AQM_PRIME_REPEAT, MIX_DELAY_BUDGET_NS, Measured, PathSpec, SLOW_TX_NS,
+        mix_chunk, rate_for, result, single_calls, spread, warm_up,
+    },
 };
 use crate::checks::{self, Capabilities};
-
-/// Transmission time per frame on the aqm_drop and horizon_drop paths.
-pub(super) const SLOW_TX_NS: u64 = 50_000_000;
-
-/// ECT(0) frames that drive the aqm_drop flow's clock ahead (9 × 50 ms,
-/// staying under the 500 ms horizon).
-pub(super) const AQM_PRIME_REPEAT: u32 = 9;
-
-/// Sum of the scheduled delays the flow-mix measured packets may reach:
-/// below CoDel's 5 ms target.
-pub(super) const MIX_DELAY_BUDGET_NS: u64 = 4_000_000;
-
-/// Transmission time per frame on the aggregate pacer's mix, 10 µs: a
-/// round of the default mix (10,000 flows × 4) advances the clock 400 ms,
-/// inside the 500 ms horizon. Larger mixes are paced at a shorter time
-/// ([`aggregate_tx_ns`]).
-pub(super) const AGGREGATE_TX_NS: u64 = 10_000;
 
 /// Everything the host part measures.
 #[derive(Clone, Debug, Serialize)]

@@ -34,7 +34,7 @@ use super::{
     bpfvm::{Vm, VmError, pod_bytes},
     frames::{Ecn, host_frame, tcp_frame},
     loaded::{BenchError, frozen_fair, start_config},
-    measure::rate_for,
+    measure::{AGGREGATE_TX_NS, AQM_PRIME_REPEAT, MIX_DELAY_BUDGET_NS, SLOW_TX_NS, rate_for},
 };
 
 /// Flow-table sets: every mix's flows fit without sharing a way.
@@ -116,9 +116,9 @@ pub fn run(object: &[u8], frame_len: usize) -> Result<InsnsReport, BenchError> {
         .collect();
     let one = vec![tcp_frame(0, frame_len, Ecn::NotEct)];
     let one_ect = vec![tcp_frame(0, frame_len, Ecn::Ect0)];
-    let paced_rate = rate_for(frame_len, super::host::MIX_DELAY_BUDGET_NS);
-    let slow_rate = rate_for(frame_len, super::host::SLOW_TX_NS);
-    let agg_rate = rate_for(frame_len, super::host::AGGREGATE_TX_NS);
+    let paced_rate = rate_for(frame_len, MIX_DELAY_BUDGET_NS);
+    let slow_rate = rate_for(frame_len, SLOW_TX_NS);
+    let agg_rate = rate_for(frame_len, AGGREGATE_TX_NS);
     let framing = |c: &mut PacerConfig| {
         c.framing = Framing {
             overhead_bytes: 40,
@@ -179,7 +179,7 @@ pub fn run(object: &[u8], frame_len: usize) -> Result<InsnsReport, BenchError> {
                 &one,
                 slow_rate,
                 |c| c.interval_ns = 1,
-                Prime::With(one_ect.clone(), super::host::AQM_PRIME_REPEAT),
+                Prime::With(one_ect.clone(), AQM_PRIME_REPEAT),
                 Some(Counter::AqmDrop),
             )
         },

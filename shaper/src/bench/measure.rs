@@ -154,6 +154,20 @@ pub(super) fn mix_chunk(tx_ns: u64, call_ns: u128) -> usize {
         .clamp(1, MAX_CHUNK)
 }
 
+/// Transmission time per frame on the aqm_drop and horizon_drop paths.
+pub(super) const SLOW_TX_NS: u64 = 50_000_000;
+/// ECT(0) frames that drive the aqm_drop flow's clock ahead (9 × 50 ms,
+/// staying under the 500 ms horizon).
+pub(super) const AQM_PRIME_REPEAT: u32 = 9;
+/// Sum of the scheduled delays the flow-mix measured packets may reach:
+/// below CoDel's 5 ms target.
+pub(super) const MIX_DELAY_BUDGET_NS: u64 = 4_000_000;
+/// Transmission time per frame on the aggregate pacer's mix, 10 µs: a
+/// round of the default mix (10,000 flows × 4) advances the clock 400 ms,
+/// inside the 500 ms horizon. Larger mixes are paced at a shorter time
+/// (`host::aggregate_tx_ns`).
+pub(super) const AGGREGATE_TX_NS: u64 = 10_000;
+
 /// Rate at which a `len`-byte frame takes `tx_ns`, clamped to the range.
 pub(super) fn rate_for(len: usize, tx_ns: u64) -> u64 {
     let rate = (len as u64).saturating_mul(1_000_000_000) / tx_ns.max(1);
