@@ -8,7 +8,13 @@
 //! checks that with `require(&[Need::Bpf])` first (see [`crate::skip`]), and
 //! [`Harness::load`] then panics when it cannot load, with the reason.
 
-use std::{collections::BTreeMap, os::fd::AsFd, sync::Mutex};
+use std::{
+    collections::BTreeMap,
+    os::fd::AsFd,
+    sync::Mutex,
+    thread::sleep,
+    time::{Duration, Instant},
+};
 
 use aya::{
     Ebpf,
@@ -329,7 +335,8 @@ impl Loaded {
     }
 }
 
-/// How many times [`in_one_epoch`] tries before it fails the test.
+/// How many times [`in_one_epoch`] tries back to back before it waits
+/// ([`until_judged`]).
 pub const EPOCH_ATTEMPTS: u32 = 10;
 
 /// Runs `attempt` until it returns `Some`: `None` means the attempt crossed
@@ -344,18 +351,40 @@ pub fn in_one_epoch<T>(attempt: impl FnMut() -> Option<T>) -> T {
     )
 }
 
-/// Runs `attempt` up to `attempts` times until it returns `Some`; `None`
-/// means the attempt `missed` (its timing left nothing to judge). Each
-/// retry is reported through [`crate::skip::note_retry`]; after the last
-/// miss the test fails.
+/// How long [`until_judged`] keeps trying once its attempts are spent. An
+/// emulated guest has slow phases, about a minute long, in which every
+/// syscall takes milliseconds and no attempt fits its window; a retry
+/// after the phase fits again.
+pub const PATIENCE: Duration = Duration::from_secs(150);
+
+/// The pause between attempts once the count is spent.
+const PAUSE: Duration = Duration::from_secs(2);
+
+/// Runs `attempt` until it returns `Some`; `None` means the attempt
+/// `missed` (its timing left nothing to judge). It tries `attempts` times
+/// back to back, then on, a pause apart, until [`PATIENCE`] has passed
+/// since the first. Each retry is reported through
+/// [`crate::skip::note_retry`]; after the last miss the test fails.
 pub fn until_judged<T>(attempts: u32, missed: &str, mut attempt: impl FnMut() -> Option<T>) -> T {
-    for n in 1..=attempts {
+    let started = Instant::now();
+    let mut n = 0;
+    loop {
+        n += 1;
         if let Some(v) = attempt() {
             return v;
         }
         crate::skip::note_retry(&format!("attempt {n} {missed}"));
+        if n >= attempts {
+            if started.elapsed() >= PATIENCE {
+                break;
+            }
+            sleep(PAUSE);
+        }
     }
-    panic!("every one of {attempts} attempts {missed}");
+    panic!(
+        "every one of {n} attempts over {:.0} s {missed}",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 /// Asserts `after - before` equals `expected` exactly (unlisted counters: 0).
