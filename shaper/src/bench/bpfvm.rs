@@ -107,6 +107,16 @@ pub enum VmError {
         /// The map's value size.
         want: usize,
     },
+    /// An index past an array's end.
+    #[error("map {map}: index {index} is past its {entries} entries")]
+    Index {
+        /// The map.
+        map: String,
+        /// The index.
+        index: u32,
+        /// The map's entries.
+        entries: usize,
+    },
     /// An access outside every region.
     #[error("{prog}, instruction {pc}: {what} of {len} bytes at {addr:#x} is outside memory")]
     Fault {
@@ -282,11 +292,18 @@ impl Vm {
     pub fn set(&mut self, name: &str, index: u32, value: &[u8]) -> Result<(), VmError> {
         let i = self.map_index(name)?;
         let m = &mut self.maps[i];
-        if value.len() != m.value_size || index as usize >= m.max_entries {
+        if value.len() != m.value_size {
             return Err(VmError::ValueSize {
                 map: name.to_owned(),
                 got: value.len(),
                 want: m.value_size,
+            });
+        }
+        if index as usize >= m.max_entries {
+            return Err(VmError::Index {
+                map: name.to_owned(),
+                index,
+                entries: m.max_entries,
             });
         }
         let at = index as usize * m.value_size;
@@ -300,10 +317,10 @@ impl Vm {
         let at = index as usize * m.value_size;
         m.values
             .get(at..at + m.value_size)
-            .ok_or_else(|| VmError::ValueSize {
+            .ok_or_else(|| VmError::Index {
                 map: name.to_owned(),
-                got: at,
-                want: m.values.len(),
+                index,
+                entries: m.max_entries,
             })
     }
 

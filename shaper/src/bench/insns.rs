@@ -464,6 +464,19 @@ mod tests {
     }
 
     #[test]
+    fn a_map_value_of_the_wrong_size_or_index_is_refused_and_named() {
+        let object = crate::bpf::object().expect("the BPF object is embedded");
+        let mut vm = Vm::new(object, &[(maps::FLOWS, SETS)]).expect("links");
+        let e = vm.set(maps::CONFIG, 0, &[0; 3]).expect_err("3 bytes");
+        assert!(e.to_string().contains("SHAPER_CONFIG"), "{e}");
+        let e = vm.get(maps::FLOWS, SETS).expect_err("past the end");
+        assert_eq!(
+            e.to_string(),
+            format!("map SHAPER_FLOWS: index {SETS} is past its {SETS} entries")
+        );
+    }
+
+    #[test]
     fn the_counts_repeat_exactly() {
         let (a, b) = (report(), report());
         for (name, p) in &a.paths {
