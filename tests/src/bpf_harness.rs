@@ -305,15 +305,18 @@ impl Loaded {
 
     /// Runs one frame, panicking if the kernel refuses it.
     pub fn run(&self, frame: &[u8], ctx: Option<&SkBuff>) -> TestRunOutput {
-        run_skb(self.prog.as_fd(), frame, ctx, 1)
-            .unwrap_or_else(|e| panic!("test run of a {}-byte frame: {e}", frame.len()))
+        self.run_n(frame, ctx, 1)
     }
 
     /// Runs one frame `repeat` times on one skb (`BPF_PROG_TEST_RUN`'s
     /// repeat: what the program leaves in the skb, the next run sees),
     /// panicking if the kernel refuses it; the verdict is the last run's.
     pub fn run_repeated(&self, frame: &[u8], repeat: u32) -> TestRunOutput {
-        run_skb(self.prog.as_fd(), frame, None, repeat)
+        self.run_n(frame, None, repeat)
+    }
+
+    fn run_n(&self, frame: &[u8], ctx: Option<&SkBuff>, repeat: u32) -> TestRunOutput {
+        run_skb(self.prog.as_fd(), frame, ctx, repeat)
             .unwrap_or_else(|e| panic!("test run of a {}-byte frame: {e}", frame.len()))
     }
 

@@ -32,7 +32,12 @@
 mod exec;
 mod helpers;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+pub(crate) use helpers::helper_name;
+
+use std::{
+    collections::{BTreeMap, HashMap, HashSet},
+    rc::Rc,
+};
 
 use aya_obj::{Object, generated::bpf_insn};
 
@@ -198,7 +203,8 @@ pub struct RunCount {
 
 /// The object's programs and maps, ready to run packets.
 pub struct Vm {
-    programs: HashMap<String, Vec<bpf_insn>>,
+    /// Shared, so that a run holds its program while it changes the maps.
+    programs: HashMap<String, Rc<[bpf_insn]>>,
     maps: Vec<MapMem>,
     /// The clock `bpf_ktime_get_ns` reads.
     pub now_ns: u64,
@@ -213,47 +219,48 @@ impl Vm {
     /// overriding the object's; every map starts zeroed.
     pub fn new(object: &[u8], sizes: &[(&str, u32)]) -> Result<Self, VmError> {
         let mut obj = Object::parse(object).map_err(VmError::Parse)?;
-        let mut names: Vec<String> = obj.maps.keys().cloned().collect();
-        names.sort();
-        let mut maps = Vec::with_capacity(names.len());
-        for name in &names {
-            let Some(m) = obj.maps.get(name) else {
-                continue;
-            };
-            let max_entries = sizes
-                .iter()
-                .find(|(n, _)| n == name)
-                .map_or(m.max_entries(), |(_, e)| *e) as usize;
-            let value_size = m.value_size() as usize;
-            let store = match m.map_type() {
-                1 | 5 | 9 | 10 => Store::Hash(HashMap::new()),
-                3 => Store::Programs(vec![None; max_entries]),
-                27 => Store::Ring,
-                _ => Store::Array,
-            };
-            let values = match store {
-                Store::Array | Store::Hash(_) => vec![0; value_size * max_entries],
-                Store::Programs(_) | Store::Ring => Vec::new(),
-            };
-            maps.push(MapMem {
-                name: name.clone(),
-                key_size: m.key_size() as usize,
-                value_size,
-                max_entries,
-                store,
-                values,
-            });
-        }
-        let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
-        let fds: Vec<(String, i32)> = names
+        // The maps in name order; a map's position is its fd in the
+        // relocated code and its region.
+        let mut defs: Vec<(String, aya_obj::Map)> = obj
+            .maps
             .iter()
-            .enumerate()
-            .map(|(i, n)| (n.clone(), i as i32))
+            .map(|(n, m)| (n.clone(), m.clone()))
             .collect();
-        let by_name = obj.maps.clone();
+        defs.sort_by(|a, b| a.0.cmp(&b.0));
+        let maps = defs
+            .iter()
+            .map(|(name, m)| {
+                let max_entries = sizes
+                    .iter()
+                    .find(|(n, _)| n == name)
+                    .map_or(m.max_entries(), |(_, e)| *e)
+                    as usize;
+                let value_size = m.value_size() as usize;
+                let store = match m.map_type() {
+                    1 | 5 | 9 | 10 => Store::Hash(HashMap::new()),
+                    3 => Store::Programs(vec![None; max_entries]),
+                    27 => Store::Ring,
+                    _ => Store::Array,
+                };
+                let values = match store {
+                    Store::Array | Store::Hash(_) => vec![0; value_size * max_entries],
+                    Store::Programs(_) | Store::Ring => Vec::new(),
+                };
+                MapMem {
+                    name: name.clone(),
+                    key_size: m.key_size() as usize,
+                    value_size,
+                    max_entries,
+                    store,
+                    values,
+                }
+            })
+            .collect();
+        let text_sections: HashSet<usize> = obj.functions.keys().map(|(s, _)| *s).collect();
         obj.relocate_maps(
-            fds.iter()
-                .filter_map(|(n, fd)| by_name.get(n).map(|m| (n.as_str(), *fd, m))),
+            defs.iter()
+                .enumerate()
+                .map(|(fd, (n, m))| (n.as_str(), fd as i32, m)),
             &text_sections,
         )
         .map_err(VmError::Link)?;
@@ -264,7 +271,7 @@ impl Vm {
             .filter_map(|(name, p)| {
                 obj.functions
                     .get(&p.function_key())
-                    .map(|f| (name.clone(), f.instructions.clone()))
+                    .map(|f| (name.clone(), Rc::from(f.instructions.as_slice())))
             })
             .collect();
         Ok(Self {
@@ -368,9 +375,8 @@ impl Vm {
     /// The `__sk_buff`'s `tstamp` after the last run.
     #[cfg(test)]
     pub fn tstamp(&self) -> u64 {
-        let mut b = [0u8; 8];
-        b.copy_from_slice(&self.ctx[skb::TSTAMP..skb::TSTAMP + 8]);
-        u64::from_le_bytes(b)
+        let at = Region::CTX.base() + skb::TSTAMP as u64;
+        self.load("", 0, at, 8).unwrap_or(0)
     }
 
     /// The bytes at `addr` (`len` of them), for reading.

@@ -417,7 +417,7 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     // Last, so no timed call runs with the counters attached.
     let helpers = HelperCalls::of(counted_passes(&mut b, &frames, opts, rate, tx_ns, mix_pass));
     let programs = b.program_sizes();
-    let object = crate::bpf::object().map_err(|e| BenchError::Invalid(e.to_string()))?;
+    let object = crate::bpf::object().map_err(crate::bpf::load::LoadError::from)?;
     let bpf_insns = super::insns::run(object, len)?;
     info!(
         pacer = bpf_insns.pacer_insns_per_packet,

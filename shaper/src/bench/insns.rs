@@ -31,11 +31,12 @@ use shaper_common::{
 };
 
 use super::{
-    bpfvm::{Vm, VmError, pod_bytes},
+    bpfvm::{Vm, VmError, helper_name, pod_bytes},
     frames::{Ecn, host_frame, tcp_frame},
     loaded::{BenchError, frozen_fair, start_config},
     measure::{AGGREGATE_TX_NS, AQM_PRIME_REPEAT, MIX_DELAY_BUDGET_NS, SLOW_TX_NS, rate_for},
 };
+use crate::counters::CounterSnapshot;
 
 /// Flow-table sets: every mix's flows fit without sharing a way.
 const SETS: u32 = 1024;
@@ -81,24 +82,24 @@ pub struct InsnsReport {
 }
 
 /// How a path's flows are primed before the measured packets.
-#[derive(Clone)]
-enum Prime {
+#[derive(Clone, Copy)]
+enum Prime<'a> {
     /// Not at all.
     None,
     /// `n` packets of each flow.
     Each(u32),
     /// `n` of each of these frames, one per flow, instead of the path's.
-    With(Vec<Vec<u8>>, u32),
+    With(&'a [Vec<u8>], u32),
 }
 
 /// One counted path.
-struct Path {
+struct Path<'a> {
     name: &'static str,
     prog: &'static str,
-    frames: Vec<Vec<u8>>,
+    frames: &'a [Vec<u8>],
     rate_bytes_per_s: u64,
     tweak: fn(&mut PacerConfig),
-    prime: Prime,
+    prime: Prime<'a>,
     /// Measured packets per flow.
     repeat: u32,
     /// The verdict every measured packet must get; `None` for the
@@ -179,7 +180,7 @@ pub fn run(object: &[u8], frame_len: usize) -> Result<InsnsReport, BenchError> {
                 &one,
                 slow_rate,
                 |c| c.interval_ns = 1,
-                Prime::With(one_ect.clone(), AQM_PRIME_REPEAT),
+                Prime::With(&one_ect, AQM_PRIME_REPEAT),
                 Some(Counter::AqmDrop),
             )
         },
@@ -282,7 +283,7 @@ pub fn run(object: &[u8], frame_len: usize) -> Result<InsnsReport, BenchError> {
     ];
     let mut out = BTreeMap::new();
     for p in &paths {
-        out.insert(p.name, p.count(object).map_err(BenchError::Interpreter)?);
+        out.insert(p.name, p.count(object)?);
     }
     let of = |name| {
         out.get(name)
@@ -301,20 +302,20 @@ fn telemetry(c: &mut PacerConfig) {
     c.sample_threshold = sample_threshold(DEFAULT_SAMPLE_EVERY);
 }
 
-impl Path {
+impl<'a> Path<'a> {
     fn new(
         name: &'static str,
         prog: &'static str,
-        frames: &[Vec<u8>],
+        frames: &'a [Vec<u8>],
         rate_bytes_per_s: u64,
         tweak: fn(&mut PacerConfig),
-        prime: Prime,
+        prime: Prime<'a>,
         intended: Option<Counter>,
     ) -> Self {
         Self {
             name,
             prog,
-            frames: frames.to_vec(),
+            frames,
             rate_bytes_per_s,
             tweak,
             prime,
@@ -324,21 +325,16 @@ impl Path {
     }
 
     /// Sets up a fresh interpreter, primes, and counts the measured packets.
-    fn count(&self, object: &[u8]) -> Result<PathInsns, VmError> {
+    fn count(&self, object: &[u8]) -> Result<PathInsns, BenchError> {
         let mut vm = Vm::new(object, &[(maps::FLOWS, SETS)])?;
-        let config = start_config(self.rate_bytes_per_s, SETS, self.tweak).map_err(|e| {
-            VmError::Missing {
-                kind: "configuration",
-                name: e.to_string(),
-            }
-        })?;
+        let config = start_config(self.rate_bytes_per_s, SETS, self.tweak)?;
         vm.set(maps::CONFIG, 0, &pod_bytes(&config))?;
         vm.set(maps::FAIR, 0, &pod_bytes(&frozen_fair()))?;
         vm.set_program(maps::JUMP, JUMP_TELEMETRY, TELEMETRY_PROGRAM)?;
         vm.now_ns = START_NS;
         // The warm-up: every flow once (its way claimed, its hosts
         // entered), then a second for every clock to go idle.
-        for frame in &self.frames {
+        for frame in self.frames {
             vm.run(self.prog, frame)?;
             vm.now_ns += STEP_NS;
         }
@@ -348,10 +344,10 @@ impl Path {
             ..AggregateState::default()
         };
         vm.set(maps::AGGREGATE, 0, &pod_bytes(&agg))?;
-        let (primes, n) = match &self.prime {
-            Prime::None => (&self.frames, 0),
-            Prime::Each(n) => (&self.frames, *n),
-            Prime::With(frames, n) => (frames, *n),
+        let (primes, n) = match self.prime {
+            Prime::None => (self.frames, 0),
+            Prime::Each(n) => (self.frames, n),
+            Prime::With(frames, n) => (frames, n),
         };
         for frame in primes {
             for _ in 0..n {
@@ -364,7 +360,7 @@ impl Path {
         let mut helpers: BTreeMap<i32, u64> = BTreeMap::new();
         let mut packets = 0u64;
         for _ in 0..self.repeat {
-            for frame in &self.frames {
+            for frame in self.frames {
                 let c = vm.run(self.prog, frame)?;
                 insns += c.insns;
                 for (id, n) in c.helpers {
@@ -384,42 +380,21 @@ impl Path {
                 .map(|(id, n)| (helper_name(id), per(n)))
                 .collect(),
             intended: self.intended.map(Counter::name),
-            intended_fraction: self.intended.map(|c| {
-                let i = c as usize;
-                per(after[i].saturating_sub(before[i]))
-            }),
+            intended_fraction: self.intended.map(|c| per(after.delta(&before)[c])),
         })
     }
 }
 
-/// Every counter's value on the interpreter's one CPU.
-fn counters(vm: &Vm) -> Result<Vec<u64>, VmError> {
-    (0..Counter::COUNT)
-        .map(|i| {
-            let b = vm.get(maps::COUNTERS, i)?;
-            let mut v = [0u8; 8];
-            v.copy_from_slice(&b[..8]);
-            Ok(u64::from_le_bytes(v))
+/// Every counter's total on the interpreter's one CPU.
+fn counters(vm: &Vm) -> Result<CounterSnapshot, VmError> {
+    let totals = Counter::ALL
+        .iter()
+        .map(|&c| {
+            let b = vm.get(maps::COUNTERS, c as u32)?;
+            Ok(b.try_into().map_or(0, u64::from_le_bytes))
         })
-        .collect()
-}
-
-/// A helper's name (`include/uapi/linux/bpf.h`).
-fn helper_name(id: i32) -> &'static str {
-    match id {
-        1 => "map_lookup_elem",
-        2 => "map_update_elem",
-        3 => "map_delete_elem",
-        5 => "ktime_get_ns",
-        7 => "get_prandom_u32",
-        8 => "get_smp_processor_id",
-        9 => "skb_store_bytes",
-        12 => "tail_call",
-        26 => "skb_load_bytes",
-        130 => "ringbuf_output",
-        192 => "skb_set_tstamp",
-        _ => "other",
-    }
+        .collect::<Result<Vec<u64>, VmError>>()?;
+    Ok(CounterSnapshot::from_fn(|c| totals[c as usize]))
 }
 
 #[cfg(test)]

@@ -92,9 +92,10 @@ pub enum BenchError {
         /// The qdisc kind.
         kind: &'static str,
     },
-    /// Counting helper calls failed.
+    /// The interpreter could not count a path.
     #[error("counting instructions in the interpreter")]
-    Interpreter(#[source] super::bpfvm::VmError),
+    Interpreter(#[from] super::bpfvm::VmError),
+    /// Counting helper calls failed.
     #[error("counting helper calls")]
     Calls(#[from] CallsError),
     /// A measuring thread could not be pinned to its CPU.
@@ -128,7 +129,6 @@ pub(super) enum Prog {
     Police,
 }
 
-/// The loaded object and its maps.
 /// The configuration a path starts from: the fair pacer's defaults at
 /// `rate_bytes_per_s` with a fixed hash seed, a flow table of `sets`
 /// sets, then `tweak`.
@@ -160,6 +160,7 @@ pub(super) fn frozen_fair() -> FairState {
     }
 }
 
+/// The loaded object and its maps.
 pub(super) struct Bench {
     ebpf: Ebpf,
     /// The helper-call counters, while attached.

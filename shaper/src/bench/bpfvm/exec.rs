@@ -7,6 +7,8 @@
 //! kernel's interpreter does. Non-goals: the instructions no classifier
 //! uses (legacy packet loads, kfuncs), which stop the run with an error.
 
+use std::rc::Rc;
+
 use aya_obj::generated::bpf_insn;
 
 use super::{FRAME_STACK, MAX_FRAMES, MAX_RUN_INSNS, Region, RunCount, Vm, VmError, skb};
@@ -229,10 +231,10 @@ impl Vm {
         }
     }
 
-    fn program(&self, name: &str) -> Result<Vec<bpf_insn>, VmError> {
+    fn program(&self, name: &str) -> Result<Rc<[bpf_insn]>, VmError> {
         self.programs
             .get(name)
-            .cloned()
+            .map(Rc::clone)
             .ok_or_else(|| VmError::Missing {
                 kind: "program",
                 name: name.to_owned(),

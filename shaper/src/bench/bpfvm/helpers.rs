@@ -33,6 +33,25 @@ mod id {
     pub(super) const SKB_SET_TSTAMP: i32 = 192;
 }
 
+/// Helper `id`'s name without its `bpf_` prefix; "other" for a helper the
+/// model does not know.
+pub(crate) fn helper_name(id: i32) -> &'static str {
+    match id {
+        id::MAP_LOOKUP_ELEM => "map_lookup_elem",
+        id::MAP_UPDATE_ELEM => "map_update_elem",
+        id::MAP_DELETE_ELEM => "map_delete_elem",
+        id::KTIME_GET_NS => "ktime_get_ns",
+        id::GET_PRANDOM_U32 => "get_prandom_u32",
+        id::GET_SMP_PROCESSOR_ID => "get_smp_processor_id",
+        id::SKB_STORE_BYTES => "skb_store_bytes",
+        id::TAIL_CALL => "tail_call",
+        id::SKB_LOAD_BYTES => "skb_load_bytes",
+        id::RINGBUF_OUTPUT => "ringbuf_output",
+        id::SKB_SET_TSTAMP => "skb_set_tstamp",
+        _ => "other",
+    }
+}
+
 /// `-EFAULT` and `-ENOENT` as a helper returns them.
 const EFAULT: u64 = (-14i64) as u64;
 const ENOENT: u64 = (-2i64) as u64;
@@ -91,10 +110,15 @@ impl Vm {
                 0
             }
             id::TAIL_CALL => {
-                let target = self.map(prog, pc, r[2]).ok().and_then(|m| match &m.store {
-                    Store::Programs(slots) => slots.get(r[3] as u32 as usize).cloned().flatten(),
-                    _ => None,
-                });
+                let target = self
+                    .map(prog, pc, r[2])
+                    .ok()
+                    .and_then(|(_, m)| match &m.store {
+                        Store::Programs(slots) => {
+                            slots.get(r[3] as u32 as usize).cloned().flatten()
+                        }
+                        _ => None,
+                    });
                 match target {
                     Some(t) => return Ok(Call::TailCall(t)),
                     None => ENOENT,
@@ -111,10 +135,11 @@ impl Vm {
         Ok(Call::Return(v))
     }
 
-    fn map(&self, prog: &str, pc: usize, handle: u64) -> Result<&super::MapMem, VmError> {
+    /// The map behind `handle`, with its index.
+    fn map(&self, prog: &str, pc: usize, handle: u64) -> Result<(usize, &super::MapMem), VmError> {
         let (region, i) = Region::of(handle);
         match self.maps.get(i) {
-            Some(m) if region == Region::HANDLES => Ok(m),
+            Some(m) if region == Region::HANDLES => Ok((i, m)),
             _ => Err(VmError::Fault {
                 prog: prog.to_owned(),
                 pc,
@@ -125,18 +150,29 @@ impl Vm {
         }
     }
 
+    /// The map behind `handle` (its index) and the key at `key`, read at
+    /// the map's key size.
+    fn map_and_key(
+        &self,
+        prog: &str,
+        pc: usize,
+        handle: u64,
+        key: u64,
+    ) -> Result<(usize, Vec<u8>), VmError> {
+        let (i, m) = self.map(prog, pc, handle)?;
+        Ok((i, self.copy_out(prog, pc, key, m.key_size)?))
+    }
+
     fn lookup(&mut self, prog: &str, pc: usize, handle: u64, key: u64) -> Result<u64, VmError> {
-        let i = Region::of(handle).1;
-        let m = self.map(prog, pc, handle)?;
-        let (key_size, value_size, max_entries) = (m.key_size, m.value_size, m.max_entries);
-        let key = self.copy_out(prog, pc, key, key_size)?;
-        let base = Region(Region::MAPS + i as u64).base();
-        let slot = match &self.maps[i].store {
-            Store::Array => Some(index_of(&key)).filter(|s| *s < max_entries),
+        let (i, key) = self.map_and_key(prog, pc, handle, key)?;
+        let m = &self.maps[i];
+        let slot = match &m.store {
+            Store::Array => array_slot(&key, m.max_entries),
             Store::Hash(slots) => slots.get(&key).copied(),
             Store::Programs(_) | Store::Ring => None,
         };
-        Ok(slot.map_or(0, |s| base + (s * value_size) as u64))
+        let base = Region(Region::MAPS + i as u64).base();
+        Ok(slot.map_or(0, |s| base + (s * m.value_size) as u64))
     }
 
     fn update(
@@ -147,19 +183,16 @@ impl Vm {
         key: u64,
         value: u64,
     ) -> Result<u64, VmError> {
-        let i = Region::of(handle).1;
-        let m = self.map(prog, pc, handle)?;
-        let (key_size, value_size, max_entries) = (m.key_size, m.value_size, m.max_entries);
-        let key = self.copy_out(prog, pc, key, key_size)?;
-        let value = self.copy_out(prog, pc, value, value_size)?;
+        let (i, key) = self.map_and_key(prog, pc, handle, key)?;
+        let value = self.copy_out(prog, pc, value, self.maps[i].value_size)?;
         let map = &mut self.maps[i];
         let slot = match &mut map.store {
-            Store::Array => Some(index_of(&key)).filter(|s| *s < max_entries),
+            Store::Array => array_slot(&key, map.max_entries),
             Store::Hash(slots) => {
                 let next = slots.len();
                 match slots.get(&key) {
                     Some(s) => Some(*s),
-                    None if next < max_entries => {
+                    None if next < map.max_entries => {
                         slots.insert(key, next);
                         Some(next)
                     }
@@ -171,14 +204,13 @@ impl Vm {
         let Some(s) = slot else {
             return Ok(EFAULT);
         };
-        map.values[s * value_size..(s + 1) * value_size].copy_from_slice(&value);
+        let at = s * map.value_size;
+        map.values[at..at + value.len()].copy_from_slice(&value);
         Ok(0)
     }
 
     fn delete(&mut self, prog: &str, pc: usize, handle: u64, key: u64) -> Result<u64, VmError> {
-        let i = Region::of(handle).1;
-        let key_size = self.map(prog, pc, handle)?.key_size;
-        let key = self.copy_out(prog, pc, key, key_size)?;
+        let (i, key) = self.map_and_key(prog, pc, handle, key)?;
         Ok(match &mut self.maps[i].store {
             // A slot is not reused: the model's maps outlive no run long
             // enough to fill up.
@@ -216,10 +248,10 @@ impl Vm {
     }
 }
 
-/// An array key's index (a `u32`).
-fn index_of(key: &[u8]) -> usize {
+/// An array's slot for `key` (a `u32` index), if below `entries`.
+fn array_slot(key: &[u8], entries: usize) -> Option<usize> {
     let mut b = [0u8; 4];
     let n = key.len().min(4);
     b[..n].copy_from_slice(&key[..n]);
-    u32::from_le_bytes(b) as usize
+    Some(u32::from_le_bytes(b) as usize).filter(|s| *s < entries)
 }
