@@ -18,22 +18,29 @@
 //!   frame, at least 84 (tag, preamble, gap and FCS); the shaper
 //!   `--framing ethernet,ether-vlan`, CAKE `ethernet ether-vlan`.
 //!
-//! Bars: on every link the shaper with no framing must bloat the link on
-//! this traffic, its ping p99 at least [`BLOAT_FACTOR`] × the matched
-//! run's, so a framing that did nothing fails (each link's framing costs
-//! the small datagrams a sixth of their frame or more, past the 5% the
-//! router leaves the line, and the FIFO fills to its depth); and on ATM,
-//! where framing matters most, the matched shaper's
-//! goodput (every flow's together) must reach CAKE's less
-//! [`GOODPUT_SLACK`], which it missed by 0.02–0.04 while the pacer's join
-//! step could take its multiplier past the flows' number. The rest is
-//! printed, not held: the matched shaper's p99 against [`P99_OF_CAKES`] ×
-//! CAKE's on every link, and its goodput on PTM and Ethernet. There the shaper's goodput sits at the fair shares' figure
-//! run after run while CAKE's own moves by more than the slack (on PTM
-//! 0.712–0.793 over five runs), and the shaper's p99 missed its bar on
-//! PTM once and on Ethernet once in five runs (`docs/pacer.md`,
-//! "Link-layer framing"). A case that misses is measured once more; two
+//! Bars: where the framing adds more than the router's margin to the
+//! traffic ([`BLOAT_HELD`]: ATM, Ethernet), the shaper with no framing
+//! must bloat the link, its ping p99 at least [`BLOAT_FACTOR`] × the
+//! matched run's, so a framing that did nothing fails; and on ATM, where
+//! framing matters most, the matched shaper's goodput (every flow's
+//! together) must reach CAKE's less [`GOODPUT_SLACK`], which it missed by
+//! 0.02–0.04 while the pacer's join step could take its multiplier past
+//! the flows' number. A case that misses is measured once more; two
 //! misses fail.
+//!
+//! The rest is printed, not held:
+//! - the bloat on PTM. At the unframed shaper's fair shares the links
+//!   would carry 1.50 (ATM), 1.08 (Ethernet) and 1.04 (PTM) of what they
+//!   can, but the bulk flows run 4–10% below their shares. That absorbs
+//!   most of PTM's excess, so its queue is whatever the bulk flows'
+//!   windows leave: 63–185 ms over runs, against 22–38 matched. PTM's
+//!   charge per packet is held by the classifier's tests instead;
+//! - the matched shaper's goodput on PTM and Ethernet, which sits at the
+//!   fair shares' figure run after run while CAKE's own moves by more than
+//!   the slack (on PTM 0.712–0.793 over five runs);
+//! - its p99 against [`P99_OF_CAKES`] × CAKE's, which it missed on PTM
+//!   once and on Ethernet once in five runs (`docs/pacer.md`, "Link-layer
+//!   framing").
 //!
 //! Needs sch_fq, sch_cake, sch_netem and sch_tbf (the VM's kernels);
 //! elsewhere it skips with a reason, and under
@@ -61,6 +68,8 @@ const BLOAT_FACTOR: f64 = 3.0;
 
 /// The links whose goodput bar holds (see the module header).
 const GOODPUT_HELD: [&str; 1] = ["atm"];
+/// The links whose bloat bar holds (see the module header).
+const BLOAT_HELD: [&str; 2] = ["atm", "ethernet"];
 
 /// Runs the traffic under `state`: the ping p99 (ms) and every flow's
 /// goodput together as a part of the shaping rate.
@@ -76,27 +85,30 @@ fn run(tb: &Testbed, state: State) -> (f64, f64, RunResult) {
 fn case(c: &LinkCase) -> Verdict {
     let tb = vs_cake::testbed(overhead::testbed_options(c));
     let hold = GOODPUT_HELD.contains(&c.name);
+    let hold_bloat = BLOAT_HELD.contains(&c.name);
     let round = || {
         let [(_, cake), (_, matched), (_, raw)] = overhead::states(c, &shaper_bin());
         let (cp99, cgood, _) = run(&tb, cake);
         let (p99, good, _) = run(&tb, matched);
         let (raw_p99, raw_good, _) = run(&tb, raw);
-        let held = if hold { "needs" } else { "not held:" };
+        let held = |h: bool| if h { "needs" } else { "not held:" };
         let (p99_bar, good_bar, bloat_bar) = (
             P99_OF_CAKES * cp99,
             cgood - GOODPUT_SLACK,
             BLOAT_FACTOR * p99,
         );
         verdict(
-            raw_p99 >= bloat_bar && (!hold || good >= good_bar),
+            (!hold_bloat || raw_p99 >= bloat_bar) && (!hold || good >= good_bar),
             format!(
                 "{}: shaper {} ping p99 {p99:.1} ms (not held: ≤ {p99_bar:.1}), goodput {good:.3} \
-                 ({held} ≥ {good_bar:.3}); CAKE {} p99 {cp99:.1} ms, goodput {cgood:.3}; shaper \
-                 without framing p99 {raw_p99:.1} ms (needs ≥ {bloat_bar:.1}), goodput \
+                 ({} ≥ {good_bar:.3}); CAKE {} p99 {cp99:.1} ms, goodput {cgood:.3}; shaper \
+                 without framing p99 {raw_p99:.1} ms ({} ≥ {bloat_bar:.1}), goodput \
                  {raw_good:.3}",
                 c.name,
                 c.shaper_args.join(" "),
+                held(hold),
                 c.cake_options.join(" "),
+                held(hold_bloat),
             ),
         )
     };

@@ -387,9 +387,10 @@ fn truncated_and_non_ip_frames_are_paced_too() {
 }
 
 /// With a framing set, the classifier charges what the link carries: a
-/// small packet its ATM cells, a GSO packet each segment's cells. Both
-/// differ from the raw lengths, so a program that ignored the framing
-/// fails here.
+/// small packet its ATM cells, a GSO packet each segment's cells, and on
+/// PTM a small and a full packet their overhead and the extra byte per 64.
+/// Each differs from the raw length, so a program that ignored the framing
+/// or one of its modes fails here.
 #[test]
 fn framing_charges_the_links_bytes_per_segment() {
     if !require(&[Need::Bpf]) {
@@ -449,4 +450,25 @@ fn framing_charges_the_links_bytes_per_segment() {
     assert_eq!(out.retval, PASS);
     assert_eq!(h.counts().delta(&before)[Counter::WireBytes], wire);
     assert_eq!(h.clock(), near + rate.tx_time_ns(wire as u32));
+
+    // PTM with PPPoE: 30 bytes from the IP packet, then one byte per 64 or
+    // part. 92 bytes of IP cost 122 + 2; 1500 cost 1530 + 24.
+    config.framing = Framing::from_keywords(["pppoe-ptm"], None, None).expect("framing");
+    let ptm = config.framing;
+    h.set_config(config);
+    for (frame, expected) in [(udp_frame(106), 124u32), (udp_frame(1514), 1554)] {
+        let framed = ptm.frame_len(frame.len() as u32, ETH_HLEN as u32);
+        assert_eq!(framed, expected, "a {}-byte frame on PTM", frame.len());
+        h.set_clock(near);
+        let before = h.counts();
+        let out = h.run(&frame, None);
+        assert_eq!(out.retval, PASS);
+        assert_eq!(
+            h.counts().delta(&before)[Counter::WireBytes],
+            u64::from(framed),
+            "a {}-byte frame on PTM",
+            frame.len()
+        );
+        assert_eq!(h.clock(), near + rate.tx_time_ns(framed));
+    }
 }
