@@ -27,6 +27,8 @@ use super::{
     FlowSpec, RunResult, Scenario, State, TestbedOptions, Timing, WanLink, stats,
     topology::{Host, LinkStab},
 };
+use shaper_common::framing::{Framing, FramingError};
+
 use crate::rate::Rate;
 
 /// The line's rate.
@@ -39,6 +41,17 @@ pub const SMALL_STREAMS: u32 = 4;
 pub const SMALL_BITS_PER_S: u64 = 2_000_000;
 /// The small datagrams' payload.
 pub const SMALL_BYTES: u32 = 64;
+/// Bulk TCP streams.
+pub const BULK_STREAMS: u32 = 4;
+/// A bulk segment's payload in a full frame: the 1500-byte MTU less the
+/// IP and TCP headers and TCP's timestamp option (20 + 20 + 12).
+pub const BULK_PAYLOAD_BYTES: u32 = 1448;
+/// The Ethernet header every frame on the testbed carries.
+const ETH_HEADER_BYTES: u32 = 14;
+/// A full frame: the MTU and the Ethernet header.
+const BULK_FRAME_BYTES: u32 = 1500 + ETH_HEADER_BYTES;
+/// A small datagram's frame: its payload, UDP's 8, IPv4's 20, Ethernet's.
+const SMALL_FRAME_BYTES: u32 = SMALL_BYTES + 8 + 20 + ETH_HEADER_BYTES;
 /// The link's FIFO, in time at its rate.
 pub const LINK_BUFFER: Duration = Duration::from_millis(200);
 
@@ -95,6 +108,46 @@ pub const CASES: [LinkCase; 3] = [
     },
 ];
 
+/// The framing the case's shaper options describe, as the shaper parses
+/// them (`--framing` keywords, `--overhead`, `--mpu`, `--atm`).
+pub fn framing(case: &LinkCase) -> Result<Framing, FramingError> {
+    let args = case.shaper_args;
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| *a == flag)
+            .and_then(|i| args.get(i + 1))
+            .copied()
+    };
+    let mut words: Vec<&str> = value("--framing")
+        .map(|k| k.split(',').collect())
+        .unwrap_or_default();
+    if args.contains(&"--atm") {
+        words.push("atm");
+    }
+    Framing::from_keywords(
+        words,
+        value("--overhead").and_then(|v| v.parse().ok()),
+        value("--mpu").and_then(|v| v.parse().ok()),
+    )
+}
+
+/// The goodput, as a part of the shaping rate, of equal shares of the rate
+/// as the case's matched framing charges it: each of the bulk and small
+/// flows gets one share, a bulk flow carries [`BULK_PAYLOAD_BYTES`] per
+/// full frame and a small one [`SMALL_BYTES`] per datagram, every frame at
+/// its framed cost. A fair scheduler at exactly the rate carries this;
+/// more means shares that favour the bulk flows or a rate overshot.
+pub fn fair_goodput(case: &LinkCase) -> Result<f64, FramingError> {
+    let f = framing(case)?;
+    let efficiency = |payload: u32, frame: u32| {
+        f64::from(payload) / f64::from(f.frame_len(frame, ETH_HEADER_BYTES))
+    };
+    let (bulk, small) = (f64::from(BULK_STREAMS), f64::from(SMALL_STREAMS));
+    Ok((bulk * efficiency(BULK_PAYLOAD_BYTES, BULK_FRAME_BYTES)
+        + small * efficiency(SMALL_BYTES, SMALL_FRAME_BYTES))
+        / (bulk + small))
+}
+
 /// The router's shaping rate.
 pub fn shaping_rate() -> Rate {
     Rate::from_bits_per_s((LINE_BITS_PER_S as f64 * SHAPE_OF_LINE) as u64).unwrap_or(Rate::MIN)
@@ -120,7 +173,7 @@ pub fn testbed_options(case: &LinkCase) -> TestbedOptions {
 pub fn scenario(state: State, timing: Timing, ping_every: Duration) -> Scenario {
     let small = Rate::from_bits_per_s(SMALL_BITS_PER_S).unwrap_or(Rate::MIN);
     let flows = vec![
-        FlowSpec::tcp(Host::Client, 4),
+        FlowSpec::tcp(Host::Client, BULK_STREAMS),
         FlowSpec {
             streams: SMALL_STREAMS,
             ..FlowSpec::udp(Host::Client2, small).with_datagram_len(SMALL_BYTES)
@@ -163,35 +216,31 @@ pub fn states(case: &LinkCase, bin: &std::path::Path) -> [(&'static str, State);
 
 #[cfg(test)]
 mod tests {
-    use shaper_common::framing::Framing;
-
     use super::*;
+
+    /// Equal shares give what the framing arithmetic says: on ATM a full
+    /// frame takes 33 cells and a small one 4, on PTM 1554 and 124 bytes,
+    /// on Ethernet with a VLAN tag 1542 and 134.
+    #[test]
+    fn fair_goodput_is_the_mean_of_the_flows_payload_per_framed_byte() {
+        let expect = [
+            ("atm", (1448.0 / 1749.0 + 64.0 / 212.0) / 2.0),
+            ("ptm", (1448.0 / 1554.0 + 64.0 / 124.0) / 2.0),
+            ("ethernet", (1448.0 / 1542.0 + 64.0 / 134.0) / 2.0),
+        ];
+        for (case, (name, want)) in CASES.iter().zip(expect) {
+            assert_eq!(case.name, name);
+            let got = fair_goodput(case).expect("valid framing");
+            assert!((got - want).abs() < 1e-9, "{name}: {got} against {want}");
+        }
+    }
 
     /// The shaper's options describe what the link's size table counts:
     /// a frame of every size costs the same either way.
     #[test]
     fn each_cases_options_match_its_link() {
         for case in CASES {
-            let args: Vec<&str> = case.shaper_args.to_vec();
-            let value = |flag: &str| {
-                args.iter()
-                    .position(|a| *a == flag)
-                    .and_then(|i| args.get(i + 1))
-                    .copied()
-            };
-            let keywords: Vec<&str> = value("--framing")
-                .map(|k| k.split(',').collect())
-                .unwrap_or_default();
-            let mut words = keywords.clone();
-            if args.contains(&"--atm") {
-                words.push("atm");
-            }
-            let f = Framing::from_keywords(
-                words,
-                value("--overhead").and_then(|v| v.parse().ok()),
-                value("--mpu").and_then(|v| v.parse().ok()),
-            )
-            .expect("valid framing");
+            let f = framing(&case).expect("valid framing");
             for frame in [60u32, 64, 106, 200, 576, 1514] {
                 let s = case.stab;
                 let counted = (i64::from(frame) + i64::from(s.overhead_bytes))
