@@ -184,15 +184,22 @@ impl PacerConfig {
     }
 }
 
-/// The aggregate pacer's state: the departure time of the last paced byte.
-/// One entry, at index 0, alone on its cache line.
+/// The link-wide clocks: the aggregate pacer's, and the fair pacer's bound
+/// on the aggregate ([`crate::link`]). One entry, at index 0, alone on its
+/// cache line; every packet writes it.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct AggregateState {
-    /// Monotonic time (ns) before which the next packet may not leave.
+    /// The aggregate pacer: monotonic time (ns) before which the next
+    /// packet may not leave.
     pub t_next_free_ns: u64,
+    /// The fair pacer: the link's clock, ns ([`crate::link`]).
+    pub link_clock_ns: u64,
+    /// The fair pacer: the latest departure it has given, ns
+    /// ([`crate::link`]).
+    pub link_front_ns: u64,
     /// Pads to a cache line so no other data shares it.
-    pub reserved: [u64; 7],
+    pub reserved: [u64; 5],
 }
 
 const _: () = assert!(core::mem::size_of::<AggregateState>() == 64);

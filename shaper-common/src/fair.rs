@@ -62,7 +62,10 @@
 //! - Aggregate bound: in steady state the stamped departures of every epoch
 //!   sum to the rate. After a change in demand the feedback settles within a
 //!   few epochs; the simulator checks that every window of 10 ms or more
-//!   carries at most rate × window plus one burst quantum.
+//!   carries at most rate × window plus one burst quantum. Where the share
+//!   runs low all the same (hundreds of flows backing off together), the
+//!   link's clock ([`crate::link`]) holds the sum to the rate: `decide`
+//!   lifts the flow's clock to the packet's `link_ns` first.
 //!
 //! Units: nanoseconds of CLOCK_MONOTONIC; transmission times are at the
 //! aggregate rate unless named `fair`; `m` is Q16.
@@ -294,6 +297,9 @@ pub struct Packet {
     pub tx_ns: u64,
     /// The packet is ECN-capable (ECT(0) or ECT(1)), so it may be CE-marked.
     pub ect: bool,
+    /// Its earliest departure by the link's clock ([`crate::link`]), or 0:
+    /// the flow's clock is lifted to it first.
+    pub link_ns: u64,
 }
 
 /// A packet's transmission time at the fair share: `tx_ns * m >> 16`,
@@ -335,6 +341,11 @@ pub fn decide(
     };
     let tx_fair = fair_tx_ns(pkt.tx_ns, mult_q16);
     flow.last_seen_ns = pkt.now_ns;
+    // The link's clock ahead of the flow's: the flows together exceed the
+    // rate, and this one waits its turn on the link too.
+    if pkt.link_ns > flow.t_next_ns {
+        flow.t_next_ns = pkt.link_ns;
+    }
     if pkt.ect && flow.flags & FLOW_ECN == 0 {
         flow.flags |= FLOW_ECN;
     }

@@ -22,6 +22,7 @@ pub mod fair;
 pub mod flow;
 pub mod framing;
 pub mod hosts;
+pub mod link;
 pub mod nat;
 pub mod observe;
 pub mod police;

@@ -419,6 +419,7 @@ mod tests {
             skb_tstamp_ns: 0,
             tx_ns,
             ect,
+            link_ns: 0,
         }
     }
 

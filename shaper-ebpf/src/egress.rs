@@ -5,7 +5,8 @@
 //!   on each flow's scheduled delay (CE mark or drop); with DiffServ tins
 //!   (`shaper_common::tins`) the packet's DSCP, read ahead of the parse,
 //!   picks the tin whose fair state paces it, and `--wash` then clears the
-//!   DSCP;
+//!   DSCP; one clock for the whole link bounds what all flows and tins
+//!   together are given (`shaper_common::link`);
 //! - the aggregate pacer (`shaper_common::edt`): one clock for all traffic,
 //!   Cilium's design, kept for comparison.
 //!
@@ -43,13 +44,14 @@ use shaper_common::{
     event::{VERDICT_AQM_DROP, VERDICT_CE, VERDICT_HORIZON_DROP, VERDICT_PACED, VERDICT_PASS},
     fair::{Level, Packet, Verdict},
     hosts::pace_flow_of_host,
+    link::on_link,
     shared::{account, pace},
     tins::MAX_TINS,
 };
 
 use crate::{
     ce::mark_ce,
-    fair_state::{AtomicFair, AtomicTins, Rolled, roll},
+    fair_state::{AtomicFair, AtomicLink, AtomicTins, Rolled, roll},
     hook::{Direction, TC_ACT_SHOT, TC_ACT_UNSPEC, count_and_classify, flow_entry, wire_len},
     hosts::flow_hosts,
     maps::{AGGREGATE, CONFIG, count, count_tin},
@@ -220,22 +222,29 @@ fn fair<const HOSTS: bool, const NAT: bool>(
         skb_tstamp_ns,
         tx_ns,
         ect: ecn.capable(),
+        link_ns: 0,
     };
     let params = config.fair_params();
-    let verdict = if let Some((host, peer, n)) = hosts {
-        pace_flow_of_host::<_, true>(
-            &mut shared,
-            flow,
-            (host, peer),
-            n,
-            &pkt,
-            epoch,
-            mult_q16,
-            &params,
-        )
-    } else {
-        pace::<_, true>(&mut shared, flow, &pkt, epoch, mult_q16, &params)
+    let Some(mut link) = AtomicLink::lookup() else {
+        count(Counter::PassedUnpaced, 1);
+        return Ok(TC_ACT_UNSPEC);
     };
+    let verdict = on_link(&mut link, &pkt, &params, |pkt| {
+        if let Some((host, peer, n)) = hosts {
+            pace_flow_of_host::<_, true>(
+                &mut shared,
+                flow,
+                (host, peer),
+                n,
+                pkt,
+                epoch,
+                mult_q16,
+                &params,
+            )
+        } else {
+            pace::<_, true>(&mut shared, flow, pkt, epoch, mult_q16, &params)
+        }
+    });
     if matches!(
         verdict,
         Verdict::Pass | Verdict::Pace { .. } | Verdict::Mark { .. }

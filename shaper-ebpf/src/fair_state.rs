@@ -1,6 +1,7 @@
 //! The fair share's state every CPU shares (the `SHAPER_FAIR` map's value
-//! of each tin, and the `SHAPER_TINS` table), seen through
-//! `shaper_common::shared::Shared` and `shaper_common::tins::TinTable`
+//! of each tin, the `SHAPER_TINS` table and the link's clock in
+//! `SHAPER_AGG`), seen through `shaper_common::shared::Shared`,
+//! `shaper_common::tins::TinTable` and `shaper_common::link::LinkWords`
 //! with atomics: the
 //! epoch roll and the committed count's moves are the library's own
 //! (`shaper_common::shared`), so the classifiers and the simulator run the
@@ -12,15 +13,16 @@
 use aya_ebpf::helpers::bpf_ktime_get_ns;
 use shaper_common::{
     committed::CLOCK_SLOTS,
-    config::PacerConfig,
+    config::{AggregateState, PacerConfig},
     fair::{EPOCH_RING, EPOCH_SHIFT, FairState, Level},
+    link::LinkWords,
     shared::{Field, Shared, roll_epoch},
     tins::{MAX_TINS, TinState, TinTable},
 };
 
 use crate::{
     atomic,
-    maps::{FAIR, TINS},
+    maps::{AGGREGATE, FAIR, TINS},
     veil::Veil,
 };
 
@@ -248,5 +250,40 @@ impl TinTable for AtomicTins {
                 atomic::store(&raw mut (*self.0).busy_epoch[t], epoch);
             }
         }
+    }
+}
+
+/// The link's clock and front (`shaper_common::link`) in the `SHAPER_AGG`
+/// map's value, which every CPU and tin shares.
+pub(crate) struct AtomicLink(*mut AggregateState);
+
+impl AtomicLink {
+    #[inline(always)]
+    pub(crate) fn lookup() -> Option<Self> {
+        AGGREGATE.get_ptr_mut(0).map(Self)
+    }
+}
+
+impl LinkWords for AtomicLink {
+    #[inline(always)]
+    fn fetch_add(&mut self, v: u64) -> u64 {
+        // SAFETY: the pointer comes from this run's map lookup and stays
+        // valid for it; the word is 8-byte aligned inside the value.
+        unsafe { atomic::fetch_add(&raw mut (*self.0).link_clock_ns, v) }
+    }
+    #[inline(always)]
+    fn compare_exchange(&mut self, old: u64, new: u64) -> bool {
+        // SAFETY: as in `fetch_add`.
+        unsafe { atomic::compare_exchange(&raw mut (*self.0).link_clock_ns, old, new) }
+    }
+    #[inline(always)]
+    fn front(&self) -> u64 {
+        // SAFETY: as in `fetch_add`.
+        unsafe { atomic::load(&raw const (*self.0).link_front_ns) }
+    }
+    #[inline(always)]
+    fn set_front(&mut self, v: u64) {
+        // SAFETY: as in `fetch_add`.
+        unsafe { atomic::store(&raw mut (*self.0).link_front_ns, v) }
     }
 }

@@ -111,6 +111,7 @@ fn try_shaper_police<const HOSTS: bool, const NAT: bool>(ctx: &TcContext) -> Res
         skb_tstamp_ns: 0,
         tx_ns,
         ect: class.ecn.capable(),
+        link_ns: 0,
     };
     // SAFETY: the pointer comes from the map lookup of this run; a race with
     // another CPU costs one advance of the virtual link (module header).

@@ -313,41 +313,80 @@ const LEAVE_SEEDS: u64 = 5;
 /// average of the accepted time lags behind the stop by about two more.
 const LEAVE_MEDIAN_MS: u64 = 110;
 
-/// Property 4b: many flows keep to the rate. With 64 and 256 AIMD flows
-/// (20 ms RTT) and a ping at 50 Mbit/s, the link carries at most
-/// [`MANY_BOUND`] of C after slow start. The same scenarios without the
-/// committed-flows floor run beside it, and with [`FLOOR_NEEDED_FROM`]
-/// flows or more must exceed the bound, so the check can tell the floor
-/// from its absence: their multiplier falls below the flow count when the
-/// flows back off together, and their queues then drain faster than C.
+/// Property 4b: many flows keep to the rate. 64, 256 and 384 AIMD flows
+/// (20 ms RTT) and a ping at 50 Mbit/s, with ECN and without, on
+/// [`MANY_SEEDS`] seeds each: the link carries at most [`MANY_BOUND`] of C
+/// after slow start on every one. The same scenarios without the link's
+/// clock run beside them, and with [`LINK_NEEDED_FROM`] flows or more must
+/// exceed the bound on some seed, so the check can tell the clock from its
+/// absence: the share alone runs low when the flows back off together, and
+/// their queues then drain faster than C. Without the committed-flows floor
+/// as well, the first seed with ECN must exceed it from
+/// [`FLOOR_NEEDED_FROM`] flows.
 #[test]
 fn many_flows_keep_to_the_rate() {
-    for n in [64usize, 256] {
-        let load = |floor: bool| {
-            let mut sc = Scenario::new(C50, 10 * SEC);
-            sc.committed_floor = floor;
-            for _ in 0..n {
-                sc = sc.with(FlowSpec::always(Source::aimd_ms(20)));
-            }
-            let r = sim(&sc.with(FlowSpec::always(Source::ping())));
-            (0..=n).map(|i| r.share(i, 3 * SEC, 9 * SEC)).sum::<f64>()
-        };
-        let (with, without) = (load(true), load(false));
-        eprintln!("[many] {n} flows: load {with:.4} of C; without the floor {without:.4}");
-        assert!(with <= MANY_BOUND, "{n} flows: {with}");
-        if n >= FLOOR_NEEDED_FROM {
-            assert!(
-                without > MANY_BOUND,
-                "{n} flows without the floor: {without}"
+    let load = |n: usize, ecn: bool, seed: u64, floor: bool, link: bool| {
+        let mut sc = Scenario::new(C50, 10 * SEC);
+        sc.seed = seed;
+        sc.committed_floor = floor;
+        sc.link_clock = link;
+        for _ in 0..n {
+            sc = sc.with(FlowSpec::always(Source::Aimd {
+                rtt_ns: 20 * MS,
+                ecn,
+            }));
+        }
+        let r = sim(&sc.with(FlowSpec::always(Source::ping())));
+        (0..=n).map(|i| r.share(i, 3 * SEC, 9 * SEC)).sum::<f64>()
+    };
+    let fmt = |xs: &[f64]| {
+        xs.iter()
+            .map(|x| format!("{x:.3}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    for n in [64usize, 256, 384] {
+        for ecn in [true, false] {
+            let seeds = 1..=MANY_SEEDS;
+            let with: Vec<f64> = seeds.clone().map(|s| load(n, ecn, s, true, true)).collect();
+            let without: Vec<f64> = seeds.map(|s| load(n, ecn, s, true, false)).collect();
+            eprintln!(
+                "[many] {n} flows, ecn {ecn}: load of C by seed {}; without the link's clock {}",
+                fmt(&with),
+                fmt(&without)
             );
+            assert!(
+                with.iter().all(|&l| l <= MANY_BOUND),
+                "{n} flows, ecn {ecn}: {with:?}"
+            );
+            if n >= LINK_NEEDED_FROM {
+                assert!(
+                    without.iter().any(|&l| l > MANY_BOUND),
+                    "{n} flows, ecn {ecn}, without the link's clock: {without:?}"
+                );
+            }
+        }
+        if n >= FLOOR_NEEDED_FROM {
+            let neither = load(n, true, 1, false, false);
+            eprintln!("[many] {n} flows without the floor and the clock: {neither:.3}");
+            assert!(neither > MANY_BOUND, "{n} flows without either: {neither}");
         }
     }
 }
 
+/// Seeds of each case of [`many_flows_keep_to_the_rate`]: the share alone
+/// overshoots on some seeds and not on others.
+const MANY_SEEDS: u64 = 6;
+
+/// The fewest flows of [`many_flows_keep_to_the_rate`] whose share alone
+/// (without the link's clock) overshoots the rate on some seed.
+const LINK_NEEDED_FROM: usize = 256;
+
 /// The fewest flows of [`many_flows_keep_to_the_rate`] that overshoot the
-/// rate without the committed-flows floor. Fewer keep to it even without
-/// the floor, since CoDel's signals on the departure clock reach the
-/// senders a queue sooner (docs/pacer.md, "Many flows").
+/// rate without the committed-flows floor (and the link's clock). Fewer
+/// keep to it even without the floor, since CoDel's signals on the
+/// departure clock reach the senders a queue sooner (docs/pacer.md, "Many
+/// flows").
 const FLOOR_NEEDED_FROM: usize = 256;
 
 /// The most of C many flows may carry: a shaper more than 2% over its rate

@@ -554,6 +554,7 @@ fn the_classifier_and_the_shared_steps_agree_packet_by_packet() {
         },
         fair::{Packet as FairPacket, Verdict},
         flow::FlowEntry,
+        link::{LinkState, on_link},
         shared::{account, pace},
     };
 
@@ -571,6 +572,7 @@ fn the_classifier_and_the_shared_steps_agree_packet_by_packet() {
         .expect("write SHAPER_FAIR");
     let params = config.fair_params();
     let mut library = FairState::default();
+    let mut link = LinkState::default();
     let mut flows: HashMap<u16, FlowEntry> = HashMap::new();
     let mut x = 0x2545_f491_4f6c_dd1d_u64;
     let mut next = move || {
@@ -616,8 +618,11 @@ fn the_classifier_and_the_shared_steps_agree_packet_by_packet() {
             skb_tstamp_ns: 0,
             tx_ns: rate.tx_time_ns(p.len() as u32),
             ect: ecn != 0,
+            link_ns: 0,
         };
-        let verdict = pace::<_, true>(&mut library, flow, &pkt, epoch, mult_q16, &params);
+        let verdict = on_link(&mut link, &pkt, &params, |pkt| {
+            pace::<_, true>(&mut library, flow, pkt, epoch, mult_q16, &params)
+        });
         let (code, tstamp, retval) = match verdict {
             Verdict::Pass => (VERDICT_PASS, 0, PASS),
             Verdict::Pace { tstamp_ns } => (VERDICT_PACED, tstamp_ns, PASS),
@@ -649,6 +654,12 @@ fn the_classifier_and_the_shared_steps_agree_packet_by_packet() {
     assert!(
         differ.is_empty(),
         "the shared state after the sequence: {differ:?}"
+    );
+    let agg = h.agg.get(&0, 0).expect("read SHAPER_AGG");
+    assert_eq!(
+        (agg.link_clock_ns, agg.link_front_ns),
+        (link.clock_ns, link.front_ns),
+        "the link's clock and front after the sequence, kernel against library"
     );
     // Every path the step can take was taken (under emulation the overload
     // is smaller, so a drop of either kind will do).

@@ -30,6 +30,7 @@ fn pkt(now_ns: u64, tx_ns: u64) -> Packet {
         skb_tstamp_ns: 0,
         tx_ns,
         ect: false,
+        link_ns: 0,
     }
 }
 

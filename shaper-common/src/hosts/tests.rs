@@ -22,6 +22,7 @@ fn packet(now_ns: u64) -> Packet {
         skb_tstamp_ns: 0,
         tx_ns: 1_000_000,
         ect: true,
+        link_ns: 0,
     }
 }
 

@@ -20,8 +20,7 @@ use shaper_common::{
     CLOCK_PROGRAM, EGRESS_HOSTS_NAT_PROGRAM, EGRESS_HOSTS_PROGRAM, EGRESS_PROGRAM, JUMP_TELEMETRY,
     PASSTHROUGH_PROGRAM, POLICE_PROGRAM, TELEMETRY_PROGRAM,
     config::{
-        AggregateState, DEFAULT_SAMPLE_EVERY, FLAG_FAIR, FLAG_NAT, FLAG_TELEMETRY, PacerConfig,
-        sample_threshold,
+        DEFAULT_SAMPLE_EVERY, FLAG_FAIR, FLAG_NAT, FLAG_TELEMETRY, PacerConfig, sample_threshold,
     },
     counters::Counter,
     framing::Framing,
@@ -33,7 +32,7 @@ use shaper_common::{
 use super::{
     bpfvm::{Vm, VmError, helper_name, pod_bytes},
     frames::{Ecn, host_frame, tcp_frame},
-    loaded::{BenchError, frozen_fair, start_config},
+    loaded::{BenchError, frozen_fair, frozen_link, start_config},
     measure::{AGGREGATE_TX_NS, AQM_PRIME_REPEAT, MIX_DELAY_BUDGET_NS, SLOW_TX_NS, rate_for},
 };
 use crate::counters::CounterSnapshot;
@@ -332,6 +331,7 @@ impl<'a> Path<'a> {
         vm.set(maps::FAIR, 0, &pod_bytes(&frozen_fair()))?;
         vm.set_program(maps::JUMP, JUMP_TELEMETRY, TELEMETRY_PROGRAM)?;
         vm.now_ns = START_NS;
+        vm.set(maps::AGGREGATE, 0, &pod_bytes(&frozen_link(vm.now_ns)))?;
         // The warm-up: every flow once (its way claimed, its hosts
         // entered), then a second for every clock to go idle.
         for frame in self.frames {
@@ -339,11 +339,7 @@ impl<'a> Path<'a> {
             vm.now_ns += STEP_NS;
         }
         vm.now_ns += IDLE_GAP_NS;
-        let agg = AggregateState {
-            t_next_free_ns: vm.now_ns,
-            ..AggregateState::default()
-        };
-        vm.set(maps::AGGREGATE, 0, &pod_bytes(&agg))?;
+        vm.set(maps::AGGREGATE, 0, &pod_bytes(&frozen_link(vm.now_ns)))?;
         let (primes, n) = match self.prime {
             Prime::None => (self.frames, 0),
             Prime::Each(n) => (self.frames, n),

@@ -160,6 +160,21 @@ pub(super) fn frozen_fair() -> FairState {
     }
 }
 
+/// The link-wide clocks: the aggregate pacer's at `t_next_free_ns`, and
+/// the fair pacer's link clock (`shaper_common::link`) with its front out
+/// of reach. Every path gives the link far more than its rate, the share
+/// frozen at 1.0 among thousands of flows, and the link's clock would hold
+/// most packets back; with the front's lead spanning every charge, the
+/// measured path is that of a link within its rate (the charge and the
+/// front's read run, the hold does not).
+pub(super) fn frozen_link(t_next_free_ns: u64) -> AggregateState {
+    AggregateState {
+        t_next_free_ns,
+        link_front_ns: u64::MAX >> 1,
+        ..AggregateState::default()
+    }
+}
+
 /// The loaded object and its maps.
 pub(super) struct Bench {
     ebpf: Ebpf,
@@ -238,13 +253,13 @@ impl Bench {
         Ok(())
     }
 
-    /// Sets the aggregate pacer's clock.
+    /// Sets the aggregate pacer's clock, and the link's as [`frozen_link`].
     pub(super) fn set_aggregate_clock(&mut self, t_next_free_ns: u64) -> Result<(), BenchError> {
-        let state = AggregateState {
-            t_next_free_ns,
-            ..AggregateState::default()
-        };
-        write0(&mut self.aggregate, maps::AGGREGATE, state)
+        write0(
+            &mut self.aggregate,
+            maps::AGGREGATE,
+            frozen_link(t_next_free_ns),
+        )
     }
 
     pub(super) fn counts(&self) -> Result<Counts, BenchError> {

@@ -3,7 +3,8 @@
 //!
 //! The pacer step is the BPF classifier's sequence on a private copy of the
 //! shared state (see the module header of [`super`]): roll the epoch, decide,
-//! move the flow's clock in the committed count, count the kept packet's
+//! under the link's clock (`shaper_common::link`), move the flow's clock in
+//! the committed count, count the kept packet's
 //! transmission time in its slot. Events
 //! at the same instant run in the order they were queued, so a run is a
 //! function of the scenario alone.
@@ -16,6 +17,7 @@ use shaper_common::fair::{
 };
 use shaper_common::flow::FlowEntry;
 use shaper_common::hosts::{HostEntry, HostLevels, Side, pace_hosts};
+use shaper_common::link::{LinkState, on_link};
 use shaper_common::rate::ScaledRate;
 use shaper_common::shared::{account, pace, roll_epoch};
 use shaper_common::tins::{MAX_TINS, TinState};
@@ -140,6 +142,8 @@ struct Sim<'a> {
     police_link: shaper_common::police::LinkState,
     /// Each tin's host states, when the scenario isolates hosts.
     hosts: Vec<Hosts>,
+    /// The link's clock ([`shaper_common::link`]), shared by every tin.
+    link_state: LinkState,
 }
 
 /// One tin's hosts, by number, as sources and as destinations.
@@ -201,6 +205,7 @@ pub fn run(sc: &Scenario) -> Result<SimReport, SimError> {
         upstream_free_ns: 0,
         police_link: Default::default(),
         hosts: (0..MAX_TINS).map(|_| Hosts::default()).collect(),
+        link_state: LinkState::default(),
     };
     for (i, f) in sc.flows.iter().enumerate() {
         sim.flows.push(FlowRt {
@@ -437,27 +442,33 @@ impl Sim<'_> {
             skb_tstamp_ns: 0,
             tx_ns,
             ect,
+            link_ns: 0,
         };
         let mult = fair.mult_q16;
         let params = self.sc.params;
         let f = &mut self.flows[i];
         let seq = f.sent;
         f.sent += 1;
-        let verdict = match self.sc.isolation.levels(true) {
+        let (isolation, committed) = (self.sc.isolation.levels(true), self.sc.committed_floor);
+        let hosts = &mut self.hosts[tin];
+        let mut step = |pkt: &Packet| match isolation {
             Some(levels) => {
                 let step = HostStep {
-                    pkt: &pkt,
+                    pkt,
                     epoch,
                     mult_q16: mult,
                     params: &params,
-                    committed: self.sc.committed_floor,
+                    committed,
                 };
-                step.run(fair, &mut f.entry, &mut self.hosts[tin], f.hosts, levels)
+                step.run(fair, &mut f.entry, hosts, f.hosts, levels)
             }
-            None if self.sc.committed_floor => {
-                pace::<_, true>(fair, &mut f.entry, &pkt, epoch, mult, &params)
-            }
-            None => pace::<_, false>(fair, &mut f.entry, &pkt, epoch, mult, &params),
+            None if committed => pace::<_, true>(fair, &mut f.entry, pkt, epoch, mult, &params),
+            None => pace::<_, false>(fair, &mut f.entry, pkt, epoch, mult, &params),
+        };
+        let verdict = if self.sc.link_clock {
+            on_link(&mut self.link_state, &pkt, &params, step)
+        } else {
+            step(&pkt)
         };
         let v = &mut f.report.verdicts;
         match verdict {

@@ -196,6 +196,10 @@ pub struct Scenario {
     /// (`shaper_common::committed`), as in the classifier; off, for
     /// comparison, the accepted-traffic feedback and the cap alone set it.
     pub committed_floor: bool,
+    /// The link's clock bounds what the flows together are given
+    /// (`shaper_common::link`), as in the classifier; off, for comparison,
+    /// the share alone does.
+    pub link_clock: bool,
     /// The DiffServ mode whose tins the flows are in.
     pub diffserv: Diffserv,
     /// How hosts are isolated on this (upload) link
@@ -278,6 +282,7 @@ impl Scenario {
             accounting: Accounting::Decision,
             mode: Mode::Pace,
             committed_floor: true,
+            link_clock: true,
             diffserv: Diffserv::Besteffort,
             isolation: Isolation::Flows,
         }

@@ -93,6 +93,7 @@ impl Sim<'_> {
             skb_tstamp_ns: 0,
             tx_ns,
             ect,
+            link_ns: 0,
         };
         let mult = self.fairs[0].mult_q16;
         let params = self.sc.params;
