@@ -108,9 +108,9 @@ fn case(c: &LinkCase) -> Verdict {
                  without framing p99 {raw_p99:.1} ms ({} ≥ {bloat_bar:.1}), goodput \
                  {raw_good:.3}",
                 c.name,
-                c.shaper_args.join(" "),
+                c.framing_args().shaper_args().join(" "),
                 held(hold),
-                c.cake_options.join(" "),
+                c.framing_args().cake_options().join(" "),
                 held(hold_bloat),
             ),
         )

@@ -27,9 +27,12 @@ use super::{
     FlowSpec, RunResult, Scenario, State, TestbedOptions, Timing, WanLink, stats,
     topology::{Host, LinkStab},
 };
-use shaper_common::framing::{Framing, FramingError};
+use shaper_common::framing::Framing;
 
-use crate::rate::Rate;
+use crate::{
+    pacer::{FramingArgs, PacerError},
+    rate::Rate,
+};
 
 /// The line's rate.
 pub const LINE_BITS_PER_S: u64 = 20_000_000;
@@ -64,10 +67,25 @@ pub struct LinkCase {
     pub link_bits_per_s: u64,
     /// How the link counts.
     pub stab: LinkStab,
-    /// The shaper's options that match it.
-    pub shaper_args: &'static [&'static str],
-    /// CAKE's options that match it.
-    pub cake_options: &'static [&'static str],
+    /// The framing that matches it, by the keywords the shaper's
+    /// `--framing` and CAKE share.
+    pub keywords: &'static [&'static str],
+    /// The overhead that matches it, where the keywords do not add it up.
+    pub overhead_bytes: Option<i32>,
+    /// The least a packet costs on it, where that is not 0.
+    pub mpu_bytes: Option<u16>,
+}
+
+impl LinkCase {
+    /// The matching framing as the shaper's options take it, from which
+    /// its flags, CAKE's options and the framing itself all come.
+    pub fn framing_args(&self) -> FramingArgs {
+        FramingArgs {
+            keywords: self.keywords.iter().map(|k| (*k).to_owned()).collect(),
+            overhead: self.overhead_bytes,
+            mpu: self.mpu_bytes,
+        }
+    }
 }
 
 /// The cases.
@@ -80,8 +98,9 @@ pub const CASES: [LinkCase; 3] = [
             mpu_bytes: 64,
             atm: true,
         },
-        shaper_args: &["--overhead", "54", "--mpu", "64", "--atm"],
-        cake_options: &["overhead", "54", "mpu", "64", "atm"],
+        keywords: &["atm"],
+        overhead_bytes: Some(54),
+        mpu_bytes: Some(64),
     },
     // PTM codes 64 bytes in 65: the link runs at 64/65 of the line.
     LinkCase {
@@ -92,8 +111,9 @@ pub const CASES: [LinkCase; 3] = [
             mpu_bytes: 0,
             atm: false,
         },
-        shaper_args: &["--framing", "pppoe-ptm"],
-        cake_options: &["pppoe-ptm"],
+        keywords: &["pppoe-ptm"],
+        overhead_bytes: None,
+        mpu_bytes: None,
     },
     LinkCase {
         name: "ethernet",
@@ -103,32 +123,15 @@ pub const CASES: [LinkCase; 3] = [
             mpu_bytes: 84,
             atm: false,
         },
-        shaper_args: &["--framing", "ethernet,ether-vlan"],
-        cake_options: &["ethernet", "ether-vlan"],
+        keywords: &["ethernet", "ether-vlan"],
+        overhead_bytes: None,
+        mpu_bytes: None,
     },
 ];
 
-/// The framing the case's shaper options describe, as the shaper parses
-/// them (`--framing` keywords, `--overhead`, `--mpu`, `--atm`).
-pub fn framing(case: &LinkCase) -> Result<Framing, FramingError> {
-    let args = case.shaper_args;
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| *a == flag)
-            .and_then(|i| args.get(i + 1))
-            .copied()
-    };
-    let mut words: Vec<&str> = value("--framing")
-        .map(|k| k.split(',').collect())
-        .unwrap_or_default();
-    if args.contains(&"--atm") {
-        words.push("atm");
-    }
-    Framing::from_keywords(
-        words,
-        value("--overhead").and_then(|v| v.parse().ok()),
-        value("--mpu").and_then(|v| v.parse().ok()),
-    )
+/// The framing the case's options describe, as the shaper resolves them.
+pub fn framing(case: &LinkCase) -> Result<Framing, PacerError> {
+    case.framing_args().resolve()
 }
 
 /// The goodput, as a part of the shaping rate, of equal shares of the rate
@@ -137,7 +140,7 @@ pub fn framing(case: &LinkCase) -> Result<Framing, FramingError> {
 /// full frame and a small one [`SMALL_BYTES`] per datagram, every frame at
 /// its framed cost. A fair scheduler at exactly the rate carries this;
 /// more means shares that favour the bulk flows or a rate overshot.
-pub fn fair_goodput(case: &LinkCase) -> Result<f64, FramingError> {
+pub fn fair_goodput(case: &LinkCase) -> Result<f64, PacerError> {
     let f = framing(case)?;
     let efficiency = |payload: u32, frame: u32| {
         f64::from(payload) / f64::from(f.frame_len(frame, ETH_HEADER_BYTES))
@@ -196,21 +199,22 @@ pub fn figures(r: &RunResult) -> (f64, f64) {
 /// CAKE with the case's options, the shaper with them, and the shaper with
 /// no framing, by the benchmark's names.
 pub fn states(case: &LinkCase, bin: &std::path::Path) -> [(&'static str, State); 3] {
-    let shaper = |args: &[&str]| State::Shaper {
+    let shaper = |extra_args: Vec<String>| State::Shaper {
         bin: bin.to_owned(),
         rate: shaping_rate(),
-        extra_args: args.iter().map(|a| (*a).to_owned()).collect(),
+        extra_args,
     };
+    let matched = case.framing_args();
     [
         (
             "cake",
             State::CakeWith {
                 rate: shaping_rate(),
-                options: case.cake_options.iter().map(|o| (*o).to_owned()).collect(),
+                options: matched.cake_options(),
             },
         ),
-        ("shaper", shaper(case.shaper_args)),
-        ("shaper_no_overhead", shaper(&[])),
+        ("shaper", shaper(matched.shaper_args())),
+        ("shaper_no_overhead", shaper(Vec::new())),
     ]
 }
 
@@ -233,6 +237,20 @@ mod tests {
             let got = fair_goodput(case).expect("valid framing");
             assert!((got - want).abs() < 1e-9, "{name}: {got} against {want}");
         }
+    }
+
+    /// The flags and CAKE's options come from the one framing value.
+    #[test]
+    fn the_shapers_flags_and_cakes_options_come_from_the_same_framing() {
+        let atm = CASES[0].framing_args();
+        assert_eq!(
+            atm.shaper_args(),
+            ["--framing", "atm", "--overhead", "54", "--mpu", "64"]
+        );
+        assert_eq!(atm.cake_options(), ["atm", "overhead", "54", "mpu", "64"]);
+        let eth = CASES[2].framing_args();
+        assert_eq!(eth.shaper_args(), ["--framing", "ethernet,ether-vlan"]);
+        assert_eq!(eth.cake_options(), ["ethernet", "ether-vlan"]);
     }
 
     /// The shaper's options describe what the link's size table counts:
