@@ -17,7 +17,9 @@
 //! rate ([`charge_ns`]); the clock, restarted at now when it has fallen
 //! behind, then leads now by the work the link has been given and not yet
 //! done. A packet's earliest departure is the clock before its charge less
-//! a lead the link may carry (`lead_ns`, CoDel's interval); the fair step
+//! a lead the link may carry ([`on_link`]: the front's lead over now, or
+//! CoDel's interval if longer; the front is the latest departure a flow's
+//! own clock has given, not one this clock set); the fair step
 //! lifts its flow's clock to that time ([`crate::fair::decide`]), so CoDel
 //! sees the wait, the committed count sees the commitment, and the flow's
 //! next packets follow from there. A packet the step drops is refunded
@@ -40,7 +42,8 @@
 //! rate by more than 1/64.
 //!
 //! Invariants: over any span, the packets kept total at most
-//! `rate × span × 64/63` plus `lead_ns` at the rate plus one packet; a
+//! `rate × span × 64/63` plus the lead at the rate plus one packet, the
+//! lead at most the horizon (no flow's own departure lies beyond it); a
 //! flow's packets keep their order (the floor only grows). Units:
 //! nanoseconds of CLOCK_MONOTONIC, transmission times at the aggregate rate.
 //!
@@ -48,7 +51,9 @@
 //! fetch-added and compared-and-swapped. A restart that loses its
 //! compare-and-swap to another CPU's charge leaves the clock behind, and
 //! the next packet restarts it; a refund racing a restart gives back a
-//! charge the restart already forgave: a packet of lead.
+//! charge the restart already forgave: a packet of lead. The front is
+//! loaded and stored: of two CPUs' departures the earlier may be stored
+//! last, which shortens the lead until a later one comes.
 //!
 //! Non-goals: fairness and the order among flows (the share's); the
 //! policer, which queues nothing and bounds its link itself
@@ -134,7 +139,8 @@ pub fn link_start<L: LinkWords>(clock: &mut L, now_ns: u64, tx_ns: u64, lead_ns:
 /// packet ([`link_start`]) with a lead of the front's lead over now or
 /// CoDel's interval in `p`, whichever is longer, hands the step its
 /// earliest departure in `Packet::link_ns`, refunds the charge when the
-/// step drops the packet and moves the front to a later departure.
+/// step drops the packet, and moves the front to a later departure that
+/// the flow's own clock set.
 #[inline(always)]
 pub fn on_link<L: LinkWords>(
     link: &mut L,
@@ -157,7 +163,11 @@ pub fn on_link<L: LinkWords>(
         None => {
             link.fetch_add(charge_ns(pkt.tx_ns).wrapping_neg());
         }
-        Some(depart) if depart > link.front() => link.set_front(depart),
+        // A departure the clock set is no flow's own: were it the front,
+        // the lead would grow with every packet held, and the hold let
+        // most of the excess through (each held 1 ms packet 0.17 ms after
+        // the one before instead of a charge).
+        Some(depart) if depart > start && depart > link.front() => link.set_front(depart),
         Some(_) => {}
     }
     verdict
@@ -264,6 +274,45 @@ mod tests {
         };
         assert_eq!(pace(&mut link), now + 50 * MS);
         assert_eq!(link.front_ns, now + 10 * MS);
+    }
+
+    #[test]
+    fn new_flows_beyond_the_lead_are_held_to_the_rate_by_the_fair_step() {
+        // 300 flows' first 1 ms packets at one instant, every share at the
+        // whole rate: each would pass at once. The link gives the first
+        // an interval's worth; every later one departs a charge after the
+        // one before, the held departures moving the lead no further (ECT,
+        // so that those held beyond an interval are marked, not dropped).
+        let now = 1_000 * MS;
+        let mut link = LinkState::default();
+        let p = params();
+        let mut departs = [0u64; 300];
+        for (i, d) in departs.iter_mut().enumerate() {
+            let mut flow = crate::flow::FlowEntry::fresh(i as u32 + 1, now);
+            let ect = Packet {
+                ect: true,
+                ..pkt(now, MS)
+            };
+            let v = on_link(&mut link, &ect, &p, |q| {
+                crate::fair::decide(
+                    &mut flow,
+                    q,
+                    crate::fair::MULT_ONE,
+                    &p,
+                    crate::fair::CodelClock::Departure,
+                )
+            });
+            *d = v.departure_ns(now).unwrap_or(0);
+        }
+        let within = (LEAD / charge_ns(MS)) as usize + 1;
+        assert!(departs[..within].iter().all(|&d| d == now), "{departs:?}");
+        for w in departs[within..].windows(2) {
+            assert_eq!(w[1] - w[0], charge_ns(MS), "{departs:?}");
+        }
+        assert_eq!(
+            departs[299],
+            now + 300 * charge_ns(MS) - LEAD - charge_ns(MS)
+        );
     }
 
     #[test]
