@@ -141,6 +141,11 @@ trait Frame {
     /// `size_of::<T>()` bytes at `off`, or `Truncated` when the frame is
     /// shorter.
     fn read<T: Copy>(&self, off: usize) -> Result<T, Truncated>;
+
+    /// `4 × N` bytes at `off` as `N` words, each holding its four bytes in
+    /// memory order (`u32::to_ne_bytes` gives them back), or `Truncated`
+    /// when the frame is shorter.
+    fn words<const N: usize>(&self, off: usize) -> Result<[u32; N], Truncated>;
 }
 
 /// The skb: bytes in its linear area are read in place, others are copied
@@ -159,6 +164,48 @@ impl Frame for Skb<'_> {
         }
         self.0.load(off).map_err(|_| Truncated)
     }
+
+    #[inline(always)]
+    fn words<const N: usize>(&self, off: usize) -> Result<[u32; N], Truncated> {
+        let at = self.0.data() + off;
+        if at + 4 * N <= self.0.data_end() {
+            let mut w = [0u32; N];
+            for (i, word) in w.iter_mut().enumerate() {
+                // SAFETY: the word lies in the linear area, checked against
+                // `data_end` just above, as the verifier checks it.
+                *word = unsafe { load_word(at + 4 * i) };
+            }
+            return Ok(w);
+        }
+        self.0.load(off).map_err(|_| Truncated)
+    }
+}
+
+/// The four bytes at `at` as one load. Headers are 2-byte aligned at best
+/// and the target has no misaligned loads, so a plain read of a `u32`
+/// there compiles to four byte loads and three shifts and ORs. The
+/// verifier refuses a misaligned load from packet data only under strict
+/// alignment: a program loaded with `BPF_F_STRICT_ALIGNMENT`, or a kernel
+/// for an architecture without cheap misaligned access
+/// (`CONFIG_HAVE_EFFICIENT_UNALIGNED_ACCESS`), which x86-64 and arm64,
+/// the shaper's targets, both have.
+///
+/// # Safety
+/// `at` must be a packet address whose four bytes lie before `data_end`,
+/// checked on the same value.
+#[inline(always)]
+unsafe fn load_word(at: usize) -> u32 {
+    let v: u64;
+    // SAFETY: the caller's contract; one load, no other effect.
+    unsafe {
+        core::arch::asm!(
+            "{0} = *(u32 *)({1} + 0)",
+            lateout(reg) v,
+            in(reg) at,
+            options(pure, readonly, nostack, preserves_flags)
+        );
+    }
+    v as u32
 }
 
 /// Classifies the frame. `has_l2` is false on devices without a link-layer
@@ -226,17 +273,20 @@ fn ipv4_ports_of<F: Frame>(
     if proto != ETH_P_IP {
         return Ok(None);
     }
-    let hdr: [u8; 20] = f.read(off)?;
-    let ihl = usize::from(hdr[0] & 0x0f) * 4;
-    let frag = u16::from_be_bytes([hdr[6], hdr[7]]);
-    let proto = hdr[9];
+    let [w0, w1, w2, src, dst] = f.words::<5>(off)?;
+    let [ver_ihl, _, _, _] = w0.to_ne_bytes();
+    let [_, _, frag_hi, frag_lo] = w1.to_ne_bytes();
+    let [_, proto, _, _] = w2.to_ne_bytes();
+    let ihl = usize::from(ver_ihl & 0x0f) * 4;
+    let frag = u16::from_be_bytes([frag_hi, frag_lo]);
     if ihl < 20 || frag & 0x1fff != 0 || !shaper_common::nat::has_ports(proto) {
         return Ok(None);
     }
+    let [ports] = f.words::<1>(off + ihl)?;
     Ok(Some(Ipv4Ports {
-        src: u32::from_ne_bytes([hdr[12], hdr[13], hdr[14], hdr[15]]),
-        dst: u32::from_ne_bytes([hdr[16], hdr[17], hdr[18], hdr[19]]),
-        ports: f.read::<u32>(off + ihl)?,
+        src,
+        dst,
+        ports,
         proto,
     }))
 }
@@ -342,8 +392,11 @@ fn parse<F: Frame>(f: &F, ctx: &TcContext, has_l2: bool, seed: u64) -> Result<Cl
 /// Also returns the TOS byte and hashes addresses, protocol and ports.
 #[inline(always)]
 fn ipv4<F: Frame>(f: &F, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Truncated> {
-    let hdr: [u8; 20] = f.read(off)?;
-    let ihl = usize::from(hdr[0] & 0x0f) * 4;
+    let [w0, w1, w2, src, dst] = f.words::<5>(off)?;
+    let [ver_ihl, tos, _, _] = w0.to_ne_bytes();
+    let [_, _, frag_hi, frag_lo] = w1.to_ne_bytes();
+    let [_, proto, _, _] = w2.to_ne_bytes();
+    let ihl = usize::from(ver_ihl & 0x0f) * 4;
     if ihl < 20 {
         return Err(Truncated);
     }
@@ -351,20 +404,19 @@ fn ipv4<F: Frame>(f: &F, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Tru
     if ihl > 20 {
         load_u8(f, off + ihl - 1)?;
     }
-    let frag = u16::from_be_bytes([hdr[6], hdr[7]]);
-    let proto = hdr[9];
-    h.word(u32::from_ne_bytes([hdr[12], hdr[13], hdr[14], hdr[15]]));
-    h.word(u32::from_ne_bytes([hdr[16], hdr[17], hdr[18], hdr[19]]));
+    let frag = u16::from_be_bytes([frag_hi, frag_lo]);
+    h.word(src);
+    h.word(dst);
     let first_fragment = frag & 0x1fff == 0;
     let l4 = transport(f, off + ihl, proto, first_fragment, h)?;
-    Ok((l4, hdr[1]))
+    Ok((l4, tos))
 }
 
 /// IPv6 at `off`: skips extension headers to the transport header.
 /// Also returns the traffic class and hashes addresses, protocol and ports.
 #[inline(always)]
 fn ipv6<F: Frame>(f: &F, off: usize, h: &mut FlowHasher) -> Result<(L4, u8), Truncated> {
-    let hdr: [u32; 10] = f.read(off)?;
+    let hdr = f.words::<10>(off)?;
     for w in &hdr[2..10] {
         h.word(*w);
     }
@@ -431,9 +483,10 @@ fn transport<F: Frame>(
     }
     match class {
         Counter::Tcp => {
-            let hdr: [u8; 20] = f.read(off)?;
-            h.word(u32::from_ne_bytes([hdr[0], hdr[1], hdr[2], hdr[3]]));
-            let doff = usize::from(hdr[12] >> 4) * 4;
+            let [ports, _, _, w3, _] = f.words::<5>(off)?;
+            let [doff_byte, tcp_flags, _, _] = w3.to_ne_bytes();
+            h.word(ports);
+            let doff = usize::from(doff_byte >> 4) * 4;
             if doff < 20 {
                 return Err(Truncated);
             }
@@ -445,12 +498,11 @@ fn transport<F: Frame>(
                 end: off + doff,
                 ports_off: off,
                 proto,
-                tcp_flags: hdr[13],
+                tcp_flags,
             })
         }
         Counter::Udp => {
-            let ports: u32 = f.read(off)?;
-            load_u8(f, off + min_len - 1)?;
+            let [ports, _] = f.words::<2>(off)?;
             h.word(ports);
             Ok(L4 {
                 class,
