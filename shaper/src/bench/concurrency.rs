@@ -130,7 +130,7 @@ pub(super) fn run(
 /// One pass over `frames`: per chunk, one priming call per flow, then
 /// `repeat` measured packets per flow. The measured calls' total ns and
 /// packets.
-fn pass(
+pub(super) fn pass(
     fd: BorrowedFd<'_>,
     frames: &[Vec<u8>],
     chunk: usize,

@@ -117,6 +117,7 @@ pub use super::loaded::BenchError;
 
 pub use super::measure::{HostOptions, PathResult};
 use super::{
+    anchor::{self, AnchorReport},
     concurrency::{self, ConcurrencyReport},
     frames::{Ecn, host_frame, tcp_frame},
     loaded::{Bench, Prog, ProgramSize},
@@ -145,7 +146,7 @@ pub struct HostReport {
     /// The ingress policer on the same mix, overloaded (the virtual link
     /// behind, signals due): `police_flow_mix_10k`.
     pub police_ns_per_packet: f64,
-    /// The difference: what pacing adds.
+    /// What pacing adds: the same figure as `pacer_own_ns`.
     pub pacer_ns_per_packet: f64,
     /// The paced mix from one CPU and from two at once (`concurrency`);
     /// `None` on a machine with one CPU.
@@ -154,16 +155,20 @@ pub struct HostReport {
     /// (`aggregate_flow_mix_10k`).
     pub aggregate_ns_per_packet: f64,
     /// The fair pacer's own cost on the paced mix: the classifier less the
-    /// passthrough (the same figure as `pacer_ns_per_packet`).
+    /// passthrough, the median round of `own_costs`.
     pub pacer_own_ns: f64,
-    /// The aggregate pacer's own cost on the same tuples.
+    /// The aggregate pacer's own cost on the same tuples, likewise.
     pub aggregate_own_ns: f64,
-    /// `pacer_own_ns / aggregate_own_ns`, from the same run.
+    /// The median round's `pacer_own_ns / aggregate_own_ns`, each round's
+    /// ratio from its own passthrough.
     pub own_cost_ratio: f64,
     /// One read of the clock (`bpf_ktime_get_ns`) on the same mix: the
-    /// clock program less the passthrough. Both pacers read it once a
-    /// packet, so it is part of both own costs.
+    /// clock program less the passthrough, the median round. Both pacers
+    /// read it once a packet, so it is part of both own costs.
     pub clock_read_ns: f64,
+    /// The passthrough, the clock read and both pacers, round by round
+    /// ([`anchor`]), with each figure's spread.
+    pub own_costs: AnchorReport,
     /// Passthrough on one frame replayed `repeat` times per call.
     pub passthrough_hot_ns_per_packet: f64,
     /// Verdict shares of the headline measurement.
@@ -188,7 +193,12 @@ pub struct HostReport {
 
 /// Runs the host benchmark.
 pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
-    if opts.flows == 0 || opts.rounds == 0 || opts.calls == 0 || opts.repeat == 0 {
+    if opts.flows == 0
+        || opts.rounds == 0
+        || opts.anchor_rounds == 0
+        || opts.calls == 0
+        || opts.repeat == 0
+    {
         return Err(BenchError::Invalid(
             "flows, rounds, calls and repeat must be positive".to_owned(),
         ));
@@ -305,8 +315,6 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         .collect();
     let mix_pass = mix_baseline(&b, Prog::Pass, &frames, opts)?;
     info!(ns = mix_pass, "passthrough, flow mix");
-    let clock_read_ns = mix_baseline(&b, Prog::Clock, &frames, opts)? - mix_pass;
-    info!(ns = clock_read_ns, "the clock read, flow mix");
 
     let rate = MAX_RATE_BYTES_PER_S;
     b.prepare(rate, |_| {})?;
@@ -412,8 +420,26 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
     info!(ns = agg.ns_per_packet, "flow mix, aggregate pacer");
     let aggregate_ns = agg.ns_per_packet;
     paths.insert("aggregate_flow_mix_10k", agg);
-    let pacer_own_ns = mix.ns_per_packet - mix_pass;
-    let aggregate_own_ns = aggregate_ns - mix_pass;
+    // The own costs and their ratio, round by round.
+    let own_costs = anchor::run(
+        &mut b,
+        &frames,
+        opts.anchor_rounds,
+        opts.mix_repeat,
+        anchor::Mixes {
+            fair_rate_bytes_per_s: rate,
+            fair_tx_ns: tx_ns,
+            aggregate_rate_bytes_per_s: agg_rate,
+        },
+    )?;
+    info!(
+        pacer = own_costs.pacer_own_ns.median,
+        aggregate = own_costs.aggregate_own_ns.median,
+        ratio = own_costs.own_cost_ratio.median,
+        "own costs, round by round"
+    );
+    let pacer_own_ns = own_costs.pacer_own_ns.median;
+    let aggregate_own_ns = own_costs.aggregate_own_ns.median;
     // Last, so no timed call runs with the counters attached.
     let helpers = HelperCalls::of(counted_passes(&mut b, &frames, opts, rate, tx_ns, mix_pass));
     let programs = b.program_sizes();
@@ -435,12 +461,9 @@ pub fn run(opts: &HostOptions) -> Result<HostReport, BenchError> {
         aggregate_ns_per_packet: aggregate_ns,
         pacer_own_ns,
         aggregate_own_ns,
-        own_cost_ratio: if aggregate_own_ns > 0.0 {
-            pacer_own_ns / aggregate_own_ns
-        } else {
-            f64::NAN
-        },
-        clock_read_ns,
+        own_cost_ratio: own_costs.own_cost_ratio.median,
+        clock_read_ns: own_costs.clock_read_ns.median,
+        own_costs,
         police_ns_per_packet: police_ns,
         concurrency,
         passthrough_hot_ns_per_packet: passthrough_hot,

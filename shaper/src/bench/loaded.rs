@@ -231,8 +231,7 @@ impl Bench {
         rate_bytes_per_s: u64,
         tweak: impl FnOnce(&mut PacerConfig),
     ) -> Result<(), BenchError> {
-        let c = start_config(rate_bytes_per_s, self.sets, tweak)?;
-        write0(&mut self.config, maps::CONFIG, c)?;
+        self.configure(rate_bytes_per_s, tweak)?;
         let fair = frozen_fair();
         write0(&mut self.fair, maps::FAIR, fair)?;
         self.set_aggregate_clock(0)?;
@@ -251,6 +250,17 @@ impl Bench {
                 })?;
         }
         Ok(())
+    }
+
+    /// Writes the configuration alone: the fair pacer's defaults at `rate`,
+    /// then `tweak`. The flow table and the shared state stay as they are.
+    pub(super) fn configure(
+        &mut self,
+        rate_bytes_per_s: u64,
+        tweak: impl FnOnce(&mut PacerConfig),
+    ) -> Result<(), BenchError> {
+        let c = start_config(rate_bytes_per_s, self.sets, tweak)?;
+        write0(&mut self.config, maps::CONFIG, c)
     }
 
     /// Sets the aggregate pacer's clock, and the link's as [`frozen_link`].

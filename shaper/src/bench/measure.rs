@@ -32,6 +32,8 @@ pub struct HostOptions {
     pub flows: u32,
     /// Rounds over all tuples (flow mixes).
     pub rounds: u32,
+    /// Rounds of the own costs side by side (`anchor`).
+    pub anchor_rounds: u32,
     /// Repetitions per call in the flow mixes.
     pub mix_repeat: u32,
     /// Calls on the single-flow paths.
@@ -49,6 +51,7 @@ impl Default for HostOptions {
         Self {
             flows: 10_000,
             rounds: 5,
+            anchor_rounds: 11,
             mix_repeat: 4,
             calls: 200,
             repeat: 1000,

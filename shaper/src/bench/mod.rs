@@ -20,7 +20,12 @@
 //! `police_ns_per_packet` (the ingress policer), `aggregate_ns_per_packet`
 //! (the aggregate pacer on the same mix, the anchor), `pacer_own_ns`,
 //! `aggregate_own_ns`, `own_cost_ratio`, `clock_read_ns` (one clock read,
-//! part of both own costs), `verdict_fractions`,
+//! part of both own costs; these four the median rounds of `own_costs`),
+//! `own_costs.{rounds, passthrough_ns, clock_read_ns, pacer_own_ns,
+//! aggregate_own_ns, own_cost_ratio}` (each `{median, min, max}` over
+//! rounds that measure both pacers side by side, [`anchor`]) and
+//! `own_costs.{pacer_paced_fraction, aggregate_paced_fraction}`,
+//! `verdict_fractions`,
 //! `paths.{unpaced, paced, aqm_drop, horizon_drop, flow_mix_10k,
 //! flow_mix_10k_unpaced, flow_mix_10k_telemetry, flow_mix_10k_framed,
 //! hosts_flow_mix_10k, hosts_nat_flow_mix_10k, aggregate_flow_mix_10k,
@@ -77,6 +82,7 @@
 //! Non-goals: pass/fail thresholds (the tests assert; this reports), and
 //! history or comparison between runs.
 
+pub mod anchor;
 mod bpfvm;
 mod calls;
 pub mod cases;
@@ -128,7 +134,8 @@ pub struct BenchArgs {
     /// Host part: distinct flows in the flow mixes.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub flows: u32,
-    /// Host part: rounds over all flows.
+    /// Host part: rounds over all flows; the own costs side by side take
+    /// twice as many and one more.
     #[arg(long, value_name = "N", default_value_t = 5)]
     pub rounds: u32,
     /// Lab part: the shaping rate.
@@ -308,6 +315,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let opts = host::HostOptions {
             flows: args.flows,
             rounds: args.rounds,
+            anchor_rounds: args.rounds.saturating_mul(2).saturating_add(1),
             ..host::HostOptions::default()
         };
         let report = host::run(&opts)?;
@@ -573,6 +581,22 @@ fn host_table(doc: &Value) -> String {
         "  one clock read (same mix) {:>7} ns/pkt, in both own costs\n",
         num(doc, "clock_read_ns"),
     ));
+    if let Some(o) = doc.get("own_costs").filter(|o| !o.is_null()) {
+        let range = |key: &str| match o.get(key) {
+            Some(r) => format!("{} [{}–{}]", num(r, "median"), num(r, "min"), num(r, "max")),
+            None => "-".to_owned(),
+        };
+        s.push_str(&format!(
+            "  own costs over {} rounds side by side, median [min–max]: fair pacer {} ns/pkt, \
+             aggregate pacer {} ns/pkt, ratio {}\n",
+            o.get("rounds")
+                .and_then(Value::as_u64)
+                .map_or_else(|| "-".to_owned(), |n| n.to_string()),
+            range("pacer_own_ns"),
+            range("aggregate_own_ns"),
+            range("own_cost_ratio"),
+        ));
+    }
     s.push_str(&format!(
         "  ingress policer (10k-flow mix, overloaded) {:>7} ns/pkt\n",
         num(doc, "police_ns_per_packet")
@@ -706,6 +730,27 @@ mod tests {
         let vm = json!({"shaper": {"goodput_ratio": 0.95}, "aggregate": null});
         let t = vm_table(&vm);
         assert!(t.contains("95.0%") && !t.contains("aggregate"), "{t}");
+    }
+
+    #[test]
+    fn the_host_table_shows_the_own_costs_rounds_with_their_spread() {
+        let r = |median, min, max| anchor::Rounds { median, min, max };
+        let own = anchor::AnchorReport {
+            rounds: 11,
+            pacer_own_ns: r(90.0, 85.5, 99.0),
+            aggregate_own_ns: r(64.0, 60.0, 70.0),
+            own_cost_ratio: r(1.4, 1.3, 1.5),
+            ..anchor::AnchorReport::default()
+        };
+        let doc = json!({"own_costs": serde_json::to_value(&own).expect("serializes")});
+        let t = host_table(&doc);
+        assert!(
+            t.contains("over 11 rounds")
+                && t.contains("fair pacer 90.0 [85.5–99.0]")
+                && t.contains("aggregate pacer 64.0 [60.0–70.0]")
+                && t.contains("ratio 1.4 [1.3–1.5]"),
+            "{t}"
+        );
     }
 
     #[derive(Debug, clap::Parser)]
