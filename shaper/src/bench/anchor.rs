@@ -9,13 +9,13 @@
 //! Method.
 //! - Each round runs, back to back over the same tuples and `repeat` per
 //!   call: the passthrough, the clock read alone, the fair pacer's paced
-//!   mix ([`concurrency::pass`]: per chunk of flows one priming packet per
+//!   mix (`concurrency::pass`: per chunk of flows one priming packet per
 //!   flow, then the measured ones), and the aggregate pacer's mix from a
 //!   clock at now. `host`'s header has how each mix is paced.
 //! - Between the two pacers only the configuration changes (the rate, and
 //!   the fair pacer's flag). The flow table keeps its flows, which the
 //!   aggregate pacer never touches, and the link's front stays out of reach
-//!   ([`super::loaded::frozen_link`]).
+//!   (`loaded::frozen_link`).
 //! - A round's own cost of a pacer is its ns per packet less that round's
 //!   passthrough, and its ratio is the fair pacer's own cost over the
 //!   aggregate pacer's. The figures are the medians over rounds, each with

@@ -78,10 +78,11 @@
 //!     per call, each round starting with the clock at now. A frame takes
 //!     [`AGGREGATE_TX_NS`]: long beside a call, so the clock runs ahead and
 //!     every packet after a round's first is paced, and short enough that
-//!     a round's packets stay within the horizon. Both pacers' own costs
-//!     (`pacer_own_ns`, `aggregate_own_ns`: the path less the passthrough)
-//!     and their ratio come from the same run.
-//!   - `clock_read_ns`: `shaper_clock` (one `bpf_ktime_get_ns` and a
+//!     a round's packets stay within the horizon.
+//!   - Both pacers' own costs (`pacer_own_ns`, `aggregate_own_ns`: the
+//!     path less the passthrough), their ratio and `clock_read_ns` come
+//!     from rounds that run both pacers side by side (`anchor`).
+//!     `clock_read_ns` is `shaper_clock` (one `bpf_ktime_get_ns` and a
 //!     return) less the passthrough, on the same mix. Every pacer reads
 //!     the clock once a packet, so this part of both own costs is the
 //!     machine's clock source, not the pacer's work; under a hypervisor
